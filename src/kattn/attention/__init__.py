@@ -1,0 +1,7 @@
+"""Attention mechanisms, one module per family; importing registers them."""
+
+from .base import Attention
+from .kernelized import KernelizedAttention
+from .softmax import SoftmaxAttention
+
+__all__ = ["Attention", "KernelizedAttention", "SoftmaxAttention"]

@@ -1,0 +1,220 @@
+"""The :class:`Attention` base class: capability flags, input validation, recurrent API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..registry import CAPABILITY_FLAGS, keyword_parameters
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class Attention(nn.Module):
+    """Base class of every kattn mechanism.
+
+    ``forward(q, k, v, causal=False, key_padding_mask=None)`` takes already projected heads,
+    q ``(B, H, Lq, D)``, k ``(B, H, Lk, D)``, v ``(B, H, Lk, Dv)``, and returns
+    ``(B, H, Lq, Dv)`` in the input dtype. ``key_padding_mask`` is ``(B, Lk)`` bool with True
+    marking padding. Subclasses implement ``_attend`` (and ``_step`` when recurrent); the base
+    class validates inputs and refuses what the capability flags rule out.
+    """
+
+    supports_causal: bool = True
+    supports_padding_mask: bool = True
+    supports_cross: bool = True
+    supports_recurrent: bool = False
+    is_exact: bool = False
+    #: whether ``max_len`` bounds the lengths this module accepts.
+    limits_length: bool = False
+    #: whether the mechanism implements dropout of attention weights (a ``dropout`` option).
+    supports_attention_dropout: bool = False
+
+    def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None) -> None:
+        super().__init__()
+        for arg, value in (("head_dim", head_dim), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+        if max_len is not None and (
+            isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1
+        ):
+            raise ValueError(f"max_len must be a positive int or None, got {max_len!r}")
+        if self.limits_length and max_len is None:
+            raise ValueError(f"{type(self).__name__} needs max_len (its parameters depend on it)")
+        self.head_dim = head_dim
+        self.num_heads = num_heads
+        self.max_len = max_len
+
+    # ----------------------------------------------------------------- class-level description
+    @classmethod
+    def capabilities(cls, **options: Any) -> dict[str, bool]:
+        """Capability flags of an instance built with ``options`` (class defaults here)."""
+        return {flag: bool(getattr(cls, flag)) for flag in CAPABILITY_FLAGS}
+
+    @classmethod
+    def option_names(cls, options: Mapping[str, Any]) -> list[str] | None:
+        """Valid option names given the (merged) ``options``; None if the class checks itself."""
+        return keyword_parameters(cls.__init__, exclude=("head_dim", "num_heads", "max_len"))
+
+    def _set_capabilities(self, **options: Any) -> None:
+        for flag, value in self.capabilities(**options).items():
+            setattr(self, flag, value)
+
+    # ------------------------------------------------------------------------------ forward
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Attend; see the class docstring for shapes."""
+        self.check_inputs(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+        return self._attend(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        raise NotImplementedError
+
+    def regularization_loss(self) -> Tensor:
+        """Penalty the training loop adds to the loss (0 for mechanisms without one)."""
+        tensors = [*self.parameters(), *self.buffers()]
+        return torch.zeros((), device=tensors[0].device if tensors else None)
+
+    # ---------------------------------------------------------------------------- recurrent
+    def init_state(
+        self,
+        batch_size: int,
+        num_heads: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Any:
+        """The empty decoding state for ``step`` (mechanisms with ``supports_recurrent``)."""
+        self._require_recurrent()
+        if num_heads != self.num_heads:
+            raise ValueError(
+                f"num_heads: this module was built for {self.num_heads} heads, got {num_heads}"
+            )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        return self._init_state(batch_size, device=device, dtype=dtype or torch.float32)
+
+    def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """One causal decoding step: q_t, k_t ``(B, H, 1, D)``, v_t ``(B, H, 1, Dv)``.
+
+        Returns the output ``(B, H, 1, Dv)`` and the new state; the outputs of successive steps
+        equal the causal forward over the same tokens.
+        """
+        self._require_recurrent()
+        self.check_inputs(q_t, k_t, v_t, causal=True, key_padding_mask=None, check_length=False)
+        if q_t.shape[2] != 1:
+            raise ValueError(f"step takes one token: q_t must be (B, H, 1, D), got {_shape(q_t)}")
+        return self._step(q_t, k_t, v_t, state)
+
+    def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> Any:
+        raise NotImplementedError
+
+    def _step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
+        raise NotImplementedError
+
+    def _require_recurrent(self) -> None:
+        if not self.supports_recurrent:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no recurrent form (supports_recurrent is False): "
+                "decode by running the causal forward over the whole prefix instead"
+            )
+
+    # ---------------------------------------------------------------------------- validation
+    def check_inputs(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        check_length: bool = True,
+    ) -> None:
+        """Raise ``ValueError`` / ``NotImplementedError`` for anything this module cannot do."""
+        for arg, x in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(x, Tensor):
+                raise ValueError(f"{arg} must be a torch.Tensor, got {type(x).__name__}")
+            if x.dim() != 4:
+                raise ValueError(f"{arg} must be 4-D (B, H, L, D), got shape {_shape(x)}")
+            if x.dtype not in _FLOATS:
+                raise ValueError(
+                    f"{arg} must be a floating tensor (fp16/bf16/fp32/fp64), got {x.dtype}"
+                )
+        if not (q.dtype == k.dtype == v.dtype):
+            raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        (bq, hq, lq, dq), (bk, hk, lk, dk), (bv, hv, lv, _) = q.shape, k.shape, v.shape
+        if not (bq == bk == bv):
+            raise ValueError(f"batch sizes differ: q {bq}, k {bk}, v {bv}")
+        if not (hq == hk == hv):
+            raise ValueError(f"head counts differ: q {hq}, k {hk}, v {hv}")
+        if hq != self.num_heads:
+            raise ValueError(
+                f"q/k/v have {hq} heads but this module was built with num_heads={self.num_heads}"
+            )
+        if lk != lv:
+            raise ValueError(f"k and v must have the same length, got {lk} and {lv}")
+        if dq != dk:
+            raise ValueError(f"q and k must have the same head dim, got {dq} and {dk}")
+        if dq != self.head_dim:
+            raise ValueError(
+                f"q/k head dim is {dq} but this module was built with head_dim={self.head_dim}"
+            )
+        if not isinstance(causal, bool):
+            raise ValueError(f"causal must be a bool, got {type(causal).__name__}")
+        if causal:
+            if not self.supports_causal:
+                raise NotImplementedError(
+                    f"{type(self).__name__} does not support causal attention"
+                    f"{self._why_not('causal')}"
+                )
+            if lq != lk:
+                raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
+        if lq != lk and not self.supports_cross:
+            raise NotImplementedError(
+                f"{type(self).__name__} does not support cross-attention (Lq={lq} != Lk={lk})"
+                f"{self._why_not('cross')}"
+            )
+        too_long = self.max_len is not None and max(lq, lk) > self.max_len
+        if check_length and self.limits_length and too_long:
+            raise ValueError(
+                f"sequence length {max(lq, lk)} exceeds max_len={self.max_len} given to build"
+            )
+        if key_padding_mask is not None:
+            if not self.supports_padding_mask:
+                raise NotImplementedError(
+                    f"{type(self).__name__} does not support key_padding_mask"
+                    f"{self._why_not('padding')}"
+                )
+            if not isinstance(key_padding_mask, Tensor) or key_padding_mask.dtype != torch.bool:
+                got = (
+                    key_padding_mask.dtype
+                    if isinstance(key_padding_mask, Tensor)
+                    else type(key_padding_mask).__name__
+                )
+                raise ValueError(
+                    f"key_padding_mask must be a bool tensor (True = padding), got {got}"
+                )
+            if tuple(key_padding_mask.shape) != (bk, lk):
+                raise ValueError(
+                    f"key_padding_mask must have shape (B, Lk) = ({bk}, {lk}), "
+                    f"got {_shape(key_padding_mask)}"
+                )
+
+    def _why_not(self, capability: str) -> str:
+        """An optional ': reason' suffix for refusal messages (subclasses override)."""
+        return ""
+
+
+def _shape(x: Tensor) -> tuple[int, ...]:
+    return tuple(x.shape)

@@ -1,0 +1,170 @@
+"""Kernelized attention: any registered feature map φ with the linear-attention aggregator.
+
+``z_i = φ(q_i)·Σ_j φ(k_j) v_jᵀ / φ(q_i)·Σ_j φ(k_j)`` (seed 000 eq. 3), non-causal in
+O(L·M·Dv), causal in chunkwise-parallel form, and recurrent with an O(M·Dv) state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .. import features as feature_maps
+from .. import functional as lin
+from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
+from ..functional.numerics import DEFAULT_EPS
+from ..registry import keyword_parameters, register_mechanism
+from .base import Attention
+
+
+class KernelizedAttention(Attention):
+    """Kernelized (linear) attention with a pluggable feature map.
+
+    Args:
+        feature_map: a name from ``kattn.features.available()``.
+        normalize_qk: ℓ2-normalise q and k before φ (NPRF, seed 000 §3.3).
+        scale: the kernel sees ``scale · q·k``: q and k are each multiplied by ``√scale``.
+            Default: ``1/√D`` for maps that estimate ``exp(q·k)`` (as softmax does), else 1
+            (also 1 with ``normalize_qk``, where ``q̂·k̂ ∈ [−1, 1]``).
+        chunk_size: tokens per chunk of the causal chunkwise-parallel form.
+        block_size: tokens per block of chunks computed together (memory/speed trade-off).
+        eps: guard of the normaliser (``|den| >= eps``).
+        **feature_options: options of the feature map (e.g. ``num_features``, ``sampling``,
+            ``redraw`` for ``prf``/``trf``).
+    """
+
+    supports_recurrent = True
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        num_heads: int,
+        max_len: int | None = None,
+        feature_map: str = "elu",
+        normalize_qk: bool = False,
+        scale: float | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        eps: float = DEFAULT_EPS,
+        **feature_options: Any,
+    ) -> None:
+        super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        if not isinstance(feature_map, str):
+            raise TypeError(
+                f"feature_map must be a registered name (str), got {type(feature_map).__name__}"
+            )
+        if scale is not None and not scale > 0:
+            raise ValueError(f"scale must be positive or None, got {scale!r}")
+        for arg, value in (("chunk_size", chunk_size), ("block_size", block_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+        if not eps > 0:
+            raise ValueError(f"eps must be positive, got {eps!r}")
+        self.feature_map = feature_maps.build(
+            feature_map, head_dim=head_dim, num_heads=num_heads, **feature_options
+        )
+        self.feature_map_name = feature_map
+        self.normalize_qk = bool(normalize_qk)
+        if scale is None:
+            softmax_like = self.feature_map.approximates_softmax and not self.normalize_qk
+            scale = head_dim**-0.5 if softmax_like else 1.0
+        self.scale = float(scale)
+        self.chunk_size = chunk_size
+        self.block_size = block_size
+        self.eps = eps
+
+    @classmethod
+    def option_names(cls, options: Mapping[str, Any]) -> list[str]:
+        own = keyword_parameters(cls.__init__, exclude=("head_dim", "num_heads", "max_len"))
+        name = options.get("feature_map", "elu")
+        if isinstance(name, str) and name in feature_maps.available():
+            return own + feature_maps.option_names(name)
+        return own
+
+    # ------------------------------------------------------------------------------ maths
+    def features(self, x: Tensor) -> feature_maps.Features:
+        """φ of queries or keys ``(B, H, L, D)``, computed in fp32 (fp64 stays fp64)."""
+        x = x.to(lin.accumulation_dtype(x.dtype))
+        if self.normalize_qk:
+            x = F.normalize(x, dim=-1)
+        return self.feature_map(x, self.scale)
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        if self.training:
+            self.feature_map.training_step()
+        fk = self.features(k)
+        return lin.linear_attention(
+            self.features(q).values,
+            fk.values,
+            v,
+            causal=causal,
+            k_log_scale=fk.log_scale,
+            key_padding_mask=key_padding_mask,
+            chunk_size=self.chunk_size,
+            block_size=self.block_size,
+            eps=self.eps,
+        )
+
+    def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> lin.LinearState:
+        # The value dim is unknown until the first step: an empty kv grows to (B, H, M, Dv) then.
+        return lin.linear_attention_init_state(
+            batch_size, self.num_heads, self.feature_map.num_features, 0, device=device, dtype=dtype
+        )
+
+    def _step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: lin.LinearState
+    ) -> tuple[Tensor, lin.LinearState]:
+        fk = self.features(k_t)
+        return lin.linear_attention_step(
+            self.features(q_t).values, fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps
+        )
+
+    def regularization_loss(self) -> Tensor:
+        return self.feature_map.regularization_loss()
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
+            f"feature_map={self.feature_map_name!r}, normalize_qk={self.normalize_qk}, "
+            f"scale={self.scale:.4g}"
+        )
+
+
+register_mechanism(
+    "kernelized",
+    KernelizedAttention,
+    summary="Kernelized attention with any feature map (feature_map=...); normalised q/k option.",
+    reference="Katharopoulos et al., Transformers are RNNs, ICML 2020; Luo et al., NeurIPS 2021",
+    complexity="O(L·M·Dv) time and memory; causal chunkwise O(L·C·(M+Dv)); O(M·Dv) per step",
+)
+register_mechanism(
+    "linear",
+    KernelizedAttention,
+    defaults={"feature_map": "elu"},
+    summary="Linear attention with φ = elu + 1.",
+    reference="Katharopoulos et al., Transformers are RNNs, ICML 2020",
+    complexity="O(L·D·Dv) time and memory; O(D·Dv) per recurrent step",
+)
+register_mechanism(
+    "performer",
+    KernelizedAttention,
+    defaults={"feature_map": "prf"},
+    summary="Performer / FAVOR+: positive orthogonal random features estimating softmax.",
+    reference="Choromanski et al., Rethinking Attention with Performers, ICLR 2021",
+    complexity="O(L·M·(D+Dv)) time, O(L·M + M·Dv) memory; O(M·Dv) per recurrent step",
+)
+register_mechanism(
+    "rfa",
+    KernelizedAttention,
+    defaults={"feature_map": "trf"},
+    summary="Random feature attention: trigonometric random features estimating softmax.",
+    reference="Peng et al., Random Feature Attention, ICLR 2021",
+    complexity="O(L·M·(D+Dv)) time, O(L·M + M·Dv) memory; O(M·Dv) per recurrent step",
+)

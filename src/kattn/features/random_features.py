@@ -1,0 +1,162 @@
+"""Random-feature maps whose kernel estimates ``exp(x·y)``: PRF (FAVOR+) and TRF.
+
+* ``prf`` — positive random features (Choromanski et al. 2021; seed 000 eq. 5):
+  ``φ(x) = exp(Wx − ‖x‖²/2) / √M``, all positive, ``E[φ(x)·φ(y)] = exp(x·y)``.
+* ``trf`` — trigonometric random features (Rahimi & Recht 2007; RFA, Peng et al. 2021;
+  seed 000 eq. 4): ``φ(x) = exp(‖x‖²/2) / √(M/2) · [sin(Wx), cos(Wx)]`` with M/2 frequencies;
+  signed, so its normaliser can approach 0.
+
+Both return bounded values and a per-row log-scale (see :class:`~kattn.features.Features`),
+so inputs with ‖x‖ ≈ 50 stay finite in fp32 and bf16.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ..functional.numerics import exp_nonpositive_
+from .base import FeatureMap, Features, register_feature_map
+from .sampling import SAMPLINGS, sample_projection
+
+
+class RandomFeatureMap(FeatureMap):
+    """A feature map with a random projection ``W`` (buffer, so ``state_dict`` reproduces it).
+
+    Args:
+        num_features: M, the number of output features.
+        sampling: ``"orthogonal"`` (default), ``"gaussian"`` or ``"sphere"``.
+        redraw: ``"never"`` or N: draw a fresh ``W`` every N training forwards. Features are
+            frozen in ``eval()`` and in recurrent steps.
+        generator: a ``torch.Generator`` for the draws (default: torch's global RNG).
+    """
+
+    approximates_softmax = True
+    is_random = True
+    projection: Tensor
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        num_heads: int,
+        num_features: int = 256,
+        sampling: str = "orthogonal",
+        redraw: str | int = 1000,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__(head_dim=head_dim, num_heads=num_heads)
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
+            raise ValueError(f"num_features must be a positive int, got {num_features!r}")
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        if redraw != "never" and (
+            isinstance(redraw, bool) or not isinstance(redraw, int) or redraw < 1
+        ):
+            raise ValueError(f"redraw must be 'never' or a positive int, got {redraw!r}")
+        self._num_features = num_features
+        self.sampling = sampling
+        self.redraw = redraw
+        self.generator = generator
+        self._steps_since_redraw = 0
+        self.register_buffer("projection", self._draw())
+
+    @property
+    def num_features(self) -> int:
+        return self._num_features
+
+    @property
+    def num_projections(self) -> int:
+        """Rows of ``W``."""
+        return self._num_features
+
+    def _draw(self) -> Tensor:
+        return sample_projection(self.sampling, self.num_projections, self.head_dim, self.generator)
+
+    @torch.no_grad()
+    def redraw_features(self) -> None:
+        """Draw a fresh projection now (in place, keeping device and dtype)."""
+        fresh = self._draw()
+        self.projection.copy_(fresh.to(self.projection.dtype))
+        self._steps_since_redraw = 0
+
+    @torch.compiler.disable
+    def training_step(self) -> None:
+        if not isinstance(self.redraw, int):  # "never"
+            return
+        self._steps_since_redraw += 1
+        if self._steps_since_redraw >= self.redraw:
+            self.redraw_features()
+
+    def _project(self, x: Tensor, scale: float) -> Tensor:
+        """``W (√scale·x)``, (B, H, L, M), with the scale folded into the small ``W``."""
+        w = self.projection.to(x.dtype)
+        return x @ (w if scale == 1.0 else w * math.sqrt(scale)).T
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_features={self.num_features}, sampling={self.sampling!r}, redraw={self.redraw!r}"
+        )
+
+
+class PositiveRandomFeatures(RandomFeatureMap):
+    """PRF / FAVOR+: ``φ(x) = exp(Wx − ‖x‖²/2) / √M`` (positive; unbiased for ``exp(x·y)``)."""
+
+    def forward(self, x: Tensor, scale: float = 1.0) -> Features:
+        u = self._project(x, scale)
+        top = u.detach().amax(dim=-1, keepdim=True)  # cancels between values and log_scale
+        values = exp_nonpositive_(u.sub_(top))  # in place: the matmul's backward does not need u
+        half_sq_norm = (0.5 * scale) * _sq_norm(x)
+        log_scale = top[..., 0] - half_sq_norm - 0.5 * math.log(self.num_features)
+        return Features(values, log_scale)
+
+
+class TrigonometricRandomFeatures(RandomFeatureMap):
+    """TRF: ``φ(x) = exp(‖x‖²/2) / √(M/2) · [sin(Wx), cos(Wx)]`` with M/2 frequencies."""
+
+    positive = False
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        num_heads: int,
+        num_features: int = 256,
+        sampling: str = "orthogonal",
+        redraw: str | int = 1000,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        if isinstance(num_features, int) and (num_features < 2 or num_features % 2):
+            raise ValueError(
+                "num_features must be an even int >= 2 for trf (sin and cos pairs), "
+                f"got {num_features}"
+            )
+        super().__init__(
+            head_dim=head_dim,
+            num_heads=num_heads,
+            num_features=num_features,
+            sampling=sampling,
+            redraw=redraw,
+            generator=generator,
+        )
+
+    @property
+    def num_projections(self) -> int:
+        return self.num_features // 2
+
+    def forward(self, x: Tensor, scale: float = 1.0) -> Features:
+        u = self._project(x, scale)
+        values = torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
+        log_scale = (0.5 * scale) * _sq_norm(x) - 0.5 * math.log(self.num_projections)
+        return Features(values, log_scale)
+
+
+def _sq_norm(x: Tensor) -> Tensor:
+    """``‖x‖²`` over the last dim, without an (L, D) temporary."""
+    return torch.linalg.vector_norm(x, dim=-1).square()
+
+
+register_feature_map("prf", PositiveRandomFeatures)
+register_feature_map("trf", TrigonometricRandomFeatures)

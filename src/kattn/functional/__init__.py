@@ -1,0 +1,36 @@
+"""Pure tensor maths on ``(B, H, L, ·)`` tensors; a slow reference beside each fast path."""
+
+from .linear import (
+    linear_attention,
+    linear_attention_cumsum,
+    linear_attention_parallel,
+    linear_attention_reference,
+)
+from .linear_causal import (
+    LinearState,
+    linear_attention_chunked,
+    linear_attention_init_state,
+    linear_attention_prefill,
+    linear_attention_step,
+)
+from .masks import allowed_keys
+from .numerics import accumulation_dtype, exp_nonpositive, guard_normaliser
+from .softmax import softmax_attention, softmax_attention_reference
+
+__all__ = [
+    "LinearState",
+    "accumulation_dtype",
+    "allowed_keys",
+    "exp_nonpositive",
+    "guard_normaliser",
+    "linear_attention",
+    "linear_attention_chunked",
+    "linear_attention_cumsum",
+    "linear_attention_init_state",
+    "linear_attention_parallel",
+    "linear_attention_prefill",
+    "linear_attention_reference",
+    "linear_attention_step",
+    "softmax_attention",
+    "softmax_attention_reference",
+]

@@ -1,0 +1,286 @@
+"""Causal linear attention: chunkwise-parallel prefill and the recurrent step.
+
+Query i sees keys j <= i: ``z_i = φ(q_i)·S_i / φ(q_i)·z_i`` with ``S_i = Σ_{j<=i} φ(k_j) v_jᵀ``.
+
+* :func:`linear_attention_chunked` — the sequence is cut into chunks of C tokens; inside a
+  chunk the masked C×C products are computed directly, across chunks a prefix state carries
+  ``Σ φ(k) vᵀ``. Nothing of size ``(L, M, Dv)`` is formed: O(L·C·(M+Dv) + L·M·Dv) time,
+  O(L·(M+Dv)) memory. Chunks are processed in blocks of about ``block_size`` tokens that
+  hand the state on, so temporaries stay small and cache-resident.
+* :func:`linear_attention_prefill` — the same from a given :class:`LinearState`, returning
+  the state after the last token (prompt processing before decoding).
+* :func:`linear_attention_step` — one token, O(M·Dv) whatever the position.
+
+With key log-scales ``s_j`` (see :mod:`kattn.functional.linear`) every query i uses the
+running maximum ``r_i = max_{j<=i} s_j`` as its key offset, and states are rescaled between
+running maxima, so no offset, and hence no rounding, depends on a future token.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .numerics import (
+    DEFAULT_EPS,
+    accumulation_dtype,
+    exp_nonpositive,
+    exp_nonpositive_,
+    guard_normaliser,
+    log_floor,
+    prepare_linear_inputs,
+)
+
+#: default number of tokens per chunk.
+DEFAULT_CHUNK_SIZE = 64
+#: default number of tokens per block of chunks that are processed together.
+DEFAULT_BLOCK_SIZE = 4096
+
+
+class LinearState(NamedTuple):
+    """Recurrent state of causal linear attention after t tokens.
+
+    Attributes:
+        kv: ``(B, H, M, Dv)``, ``Σ_j exp(s_j − offset) φ̃(k_j) v_jᵀ``.
+        k_sum: ``(B, H, M)``, ``Σ_j exp(s_j − offset) φ̃(k_j)`` (the normaliser).
+        offset: ``(B, H)``, the running maximum of the key log-scales ``s_j``.
+    """
+
+    kv: Tensor
+    k_sum: Tensor
+    offset: Tensor
+
+
+def linear_attention_init_state(
+    batch_size: int,
+    num_heads: int,
+    num_features: int,
+    value_dim: int,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> LinearState:
+    """The state before any token (sums in the accumulation dtype of ``dtype``).
+
+    ``value_dim`` may be 0 when it is not known yet: the first token sets it.
+    """
+    acc = accumulation_dtype(dtype)
+    return LinearState(
+        kv=torch.zeros(batch_size, num_heads, num_features, value_dim, device=device, dtype=acc),
+        k_sum=torch.zeros(batch_size, num_heads, num_features, device=device, dtype=acc),
+        offset=torch.full((batch_size, num_heads), log_floor(acc), device=device, dtype=acc),
+    )
+
+
+def _checked_state(state: LinearState, fk: Tensor, dv: int) -> LinearState:
+    """Validate ``state`` against keys ``(B, H, L, M)``; give an empty kv its value dim."""
+    if not isinstance(state, LinearState):
+        raise ValueError(
+            f"state must be a LinearState (from init_state), got {type(state).__name__}"
+        )
+    b, h, _, m = fk.shape
+    if tuple(state.kv.shape[:-1]) != (b, h, m) or state.kv.shape[-1] not in (0, dv):
+        raise ValueError(
+            f"state.kv has shape {tuple(state.kv.shape)}, expected (B, H, M, Dv) = "
+            f"{(b, h, m, dv)} (or an empty Dv from init_state)"
+        )
+    acc = fk.dtype
+    kv = state.kv.to(acc)
+    if kv.shape[-1] == 0:
+        kv = kv.new_zeros(b, h, m, dv)
+    return LinearState(kv, state.k_sum.to(acc), state.offset.to(acc))
+
+
+def linear_attention_prefill(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    state: LinearState | None = None,
+    *,
+    k_log_scale: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    eps: float = DEFAULT_EPS,
+) -> tuple[Tensor, LinearState]:
+    """Causal linear attention over L tokens that follow ``state`` (fresh if None).
+
+    Args:
+        phi_q: ``(B, H, L, M)`` query features; phi_k: ``(B, H, L, M)`` key features, scaled
+            by ``exp(k_log_scale)`` ``(B, H, L)`` if given; v: ``(B, H, L, Dv)``.
+        state: the state after the tokens before these ones.
+        key_padding_mask: ``(B, L)`` bool, True marks keys that must not count.
+        chunk_size: C, tokens per chunk of the masked intra-chunk products.
+        block_size: tokens per block of chunks computed together.
+        eps: guard of the normaliser.
+
+    Returns:
+        The output ``(B, H, L, Dv)`` in the dtype of ``v`` and the state after the L tokens.
+    """
+    if chunk_size < 1 or block_size < 1:
+        raise ValueError(
+            f"chunk_size and block_size must be positive, got {chunk_size}, {block_size}"
+        )
+    fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
+    b, h, length, m = fq.shape
+    dv = v32.shape[-1]
+    if state is None:
+        state = linear_attention_init_state(b, h, m, dv, device=fq.device, dtype=fq.dtype)
+    state = _checked_state(state, fk, dv)
+    c = max(1, min(chunk_size, length))
+    padded = -(-length // c) * c
+    if padded != length:
+        fq, fk, v32 = (F.pad(x, (0, 0, 0, padded - length)) for x in (fq, fk, v32))
+        if s is not None:
+            s = F.pad(s, (0, padded - length), value=log_floor(s.dtype))
+    n_flat = b * h
+    fq, fk, v32 = (x.reshape(n_flat, padded, x.shape[-1]) for x in (fq, fk, v32))
+    s = None if s is None else s.reshape(n_flat, padded)
+    kv, z, offset = (x.reshape(n_flat, *x.shape[2:]) for x in state)
+    step = max(c, block_size // c * c)
+    outs = []
+    for start in range(0, padded, step):
+        part = slice(start, start + step)
+        out, kv, z, offset = _causal_block(
+            fq[:, part],
+            fk[:, part],
+            v32[:, part],
+            None if s is None else s[:, part],
+            kv,
+            z,
+            offset,
+            c,
+            eps,
+        )
+        outs.append(out)
+    out = (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1))[:, :length]
+    final = LinearState(kv.view(b, h, m, dv), z.view(b, h, m), offset.view(b, h))
+    return out.reshape(b, h, length, dv).to(v.dtype), final
+
+
+def linear_attention_chunked(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    *,
+    k_log_scale: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """Causal linear attention in chunkwise-parallel form; see :func:`linear_attention_prefill`."""
+    out, _ = linear_attention_prefill(
+        phi_q,
+        phi_k,
+        v,
+        k_log_scale=k_log_scale,
+        key_padding_mask=key_padding_mask,
+        chunk_size=chunk_size,
+        block_size=block_size,
+        eps=eps,
+    )
+    return out
+
+
+def _causal_block(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    kv: Tensor,
+    z: Tensor,
+    offset: Tensor,
+    c: int,
+    eps: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """T tokens (a multiple of C) after the state ``(kv, z, offset)``; N = B·H rows.
+
+    fq, fk: ``(N, T, M)``; v: ``(N, T, Dv)``; s: ``(N, T)``; kv: ``(N, M, Dv)``; z: ``(N, M)``;
+    offset: ``(N,)``. Returns the output ``(N, T, Dv)`` and the state after the block.
+    """
+    n_flat, t, m = fq.shape
+    dv = v.shape[-1]
+    n = t // c
+    # one batch of N·n chunks: 3-D matmuls are the fastest batched form
+    fq, fk, v = (x.reshape(n_flat * n, c, x.shape[-1]) for x in (fq, fk, v))
+    scores = torch.bmm(fq, fk.transpose(1, 2))  # (Nn, C, C)
+    # (in-place updates below only touch tensors that no backward formula needs)
+    if s is None:
+        weights = scores.tril_()
+        k_in = fk
+        q_rescale = None
+        offsets = torch.cat([offset[:, None], offset.new_zeros(n_flat, n)], dim=1)
+    else:
+        # r_i: the key offset of query i (running max, carried over from the state). It
+        # cancels in the ratio, so it carries no gradient, and it never looks past i.
+        r = torch.maximum(torch.cummax(s.detach(), dim=1).values, offset[:, None])
+        r, s = r.reshape(n_flat * n, c), s.reshape(n_flat * n, c)
+        r_end = r[:, -1]  # (Nn,) offset of each chunk's own sums
+        # weight exp(s_j − r_i) <= 1 for j <= i (future entries are zeroed after the product)
+        weights = scores.mul_(exp_nonpositive_(s[:, None, :] - r[:, :, None])).tril_()
+        k_in = fk * exp_nonpositive_(s - r_end[:, None])[..., None]
+        offsets = torch.cat([offset[:, None], r_end.view(n_flat, n)], dim=1)  # (N, n+1)
+        q_rescale = exp_nonpositive_(offsets[:, :-1].reshape(-1, 1) - r)[..., None]
+    num = torch.bmm(weights, v)  # (Nn, C, Dv)
+    den = weights.sum(dim=-1, keepdim=True)  # (Nn, C, 1)
+    # sums of [incoming state, chunk 0, ..., chunk n−1], then inclusive prefix sums: entry c
+    # is the state before chunk c (in offset offsets[c]); entry n the state after the block
+    chunk_kv = torch.bmm(k_in.transpose(1, 2), v).view(n_flat, n, m * dv)
+    all_kv = torch.cat([kv.reshape(n_flat, 1, m * dv), chunk_kv], dim=1)
+    all_z = torch.cat([z[:, None], k_in.sum(dim=1).view(n_flat, n, m)], dim=1)
+    scan = _inclusive_scan_matrix(offsets)  # (N, n+1, n+1)
+    all_kv, all_z = torch.bmm(scan, all_kv), torch.bmm(scan, all_z)
+    inter_num = torch.bmm(fq, all_kv[:, :n].reshape(n_flat * n, m, dv))
+    inter_den = torch.bmm(fq, all_z[:, :n].reshape(n_flat * n, m, 1))
+    if q_rescale is None:
+        num, den = num.add_(inter_num), den.add_(inter_den)
+    else:
+        num, den = num.addcmul_(q_rescale, inter_num), den.addcmul_(q_rescale, inter_den)
+    out = (num / guard_normaliser(den, eps)).view(n_flat, t, dv)
+    return out, all_kv[:, n].view(n_flat, m, dv), all_z[:, n], offsets[:, n]
+
+
+def _inclusive_scan_matrix(o: Tensor) -> Tensor:
+    """``T[c, c'] = exp(o[c'] − o[c])`` for c' <= c, else 0: (N, n) → (N, n, n).
+
+    ``o`` is nondecreasing, so every weight is at most 1.
+    """
+    return exp_nonpositive_(o[:, None, :] - o[:, :, None]).tril_()
+
+
+def linear_attention_step(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    state: LinearState,
+    *,
+    k_log_scale: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+) -> tuple[Tensor, LinearState]:
+    """One causal step, O(M·Dv) time and memory whatever the position.
+
+    Args:
+        phi_q, phi_k: ``(B, H, 1, M)``; v: ``(B, H, 1, Dv)``; k_log_scale: ``(B, H, 1)``.
+        state: the state after the previous tokens.
+
+    Returns:
+        The output ``(B, H, 1, Dv)`` and the state including this token.
+    """
+    fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, None)
+    kv, k_sum, offset = _checked_state(state, fk, v32.shape[-1])
+    fk, v32 = fk[:, :, 0], v32[:, :, 0]  # (B, H, M), (B, H, Dv)
+    s_t = fk.new_zeros(fk.shape[:-1]) if s is None else s[:, :, 0]  # (B, H); no scale: 0
+    new_offset = torch.maximum(offset, s_t.detach())
+    decay = exp_nonpositive(offset - new_offset)[..., None]  # (B, H, 1)
+    fk = fk * exp_nonpositive(s_t - new_offset)[..., None]
+    kv, k_sum, offset = kv * decay[..., None], k_sum * decay, new_offset
+    kv = kv + fk[..., :, None] * v32[..., None, :]
+    k_sum = k_sum + fk
+    num = fq @ kv  # (B, H, 1, Dv)
+    den = fq @ k_sum[..., None]  # (B, H, 1, 1)
+    out = (num / guard_normaliser(den, eps)).to(v.dtype)
+    return out, LinearState(kv, k_sum, offset)

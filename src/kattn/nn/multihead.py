@@ -1,0 +1,253 @@
+"""``kattn.MultiheadAttention``: a drop-in for ``torch.nn.MultiheadAttention`` calls."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..registry import MECHANISMS, build
+
+
+class MultiheadAttention(nn.Module):
+    """Multi-head attention whose core is any registered kattn mechanism.
+
+    Constructor and call follow ``torch.nn.MultiheadAttention`` (same parameter names, so its
+    weights load directly), plus ``mechanism`` and that mechanism's options.
+
+    Args:
+        embed_dim, num_heads, dropout, bias, kdim, vdim, batch_first, device, dtype: as in
+            ``torch.nn.MultiheadAttention``. ``dropout`` drops attention weights where the
+            mechanism has such weights (softmax); elsewhere a warning says it is not applied.
+        add_bias_kv, add_zero_attn: not supported (``NotImplementedError`` if True).
+        mechanism: a name from ``kattn.available()``.
+        max_len: longest sequence, for mechanisms whose parameters depend on it.
+        **options: options of the mechanism.
+    """
+
+    # PyTorch's fused encoder path reads this private flag to decide whether it may run the
+    # layer without calling ``self_attn.forward``. False keeps it off, so that the kattn
+    # mechanism always runs.
+    _qkv_same_embed_dim = False
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        add_bias_kv: bool = False,
+        add_zero_attn: bool = False,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        batch_first: bool = False,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        mechanism: str = "softmax",
+        max_len: int | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        if embed_dim < 1 or num_heads < 1 or embed_dim % num_heads:
+            raise ValueError(
+                f"embed_dim ({embed_dim}) must be a positive multiple of num_heads ({num_heads})"
+            )
+        if add_bias_kv or add_zero_attn:
+            raise NotImplementedError(
+                "add_bias_kv and add_zero_attn are not supported by kattn.MultiheadAttention"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.embed_dim = embed_dim
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.batch_first = batch_first
+        self.dropout = dropout
+        self.mechanism = mechanism
+        self.bias_k = self.bias_v = None
+        self.add_zero_attn = False
+        self.shared_projection = self.kdim == embed_dim and self.vdim == embed_dim
+        if self.shared_projection:
+            self.in_proj_weight = nn.Parameter(torch.empty(3 * embed_dim, embed_dim, **factory))
+            self.register_parameter("q_proj_weight", None)
+            self.register_parameter("k_proj_weight", None)
+            self.register_parameter("v_proj_weight", None)
+        else:
+            self.q_proj_weight = nn.Parameter(torch.empty(embed_dim, embed_dim, **factory))
+            self.k_proj_weight = nn.Parameter(torch.empty(embed_dim, self.kdim, **factory))
+            self.v_proj_weight = nn.Parameter(torch.empty(embed_dim, self.vdim, **factory))
+            self.register_parameter("in_proj_weight", None)
+        if bias:
+            self.in_proj_bias = nn.Parameter(torch.empty(3 * embed_dim, **factory))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        if dropout > 0:
+            if MECHANISMS.get(mechanism).cls.supports_attention_dropout:
+                options.setdefault("dropout", dropout)
+            else:
+                warnings.warn(
+                    f"mechanism {mechanism!r} has no attention-weight matrix to drop out: "
+                    f"dropout={dropout} is not applied",
+                    stacklevel=2,
+                )
+        self.attention = build(
+            mechanism, head_dim=self.head_dim, num_heads=num_heads, max_len=max_len, **options
+        ).to(device=device)
+        self._reset_parameters()
+
+    def _reset_parameters(self) -> None:
+        for w in (self.in_proj_weight, self.q_proj_weight, self.k_proj_weight, self.v_proj_weight):
+            if w is not None:
+                nn.init.xavier_uniform_(w)
+        if self.in_proj_bias is not None:
+            nn.init.zeros_(self.in_proj_bias)
+        if self.out_proj.bias is not None:
+            nn.init.zeros_(self.out_proj.bias)
+
+    @classmethod
+    def from_torch(
+        cls, module: nn.MultiheadAttention, *, mechanism: str, **options: Any
+    ) -> MultiheadAttention:
+        """A kattn module with ``module``'s configuration and a copy of its weights."""
+        if module.bias_k is not None or module.add_zero_attn:
+            raise NotImplementedError(
+                "cannot convert a torch.nn.MultiheadAttention with add_bias_kv or add_zero_attn"
+            )
+        ref = module.out_proj.weight
+        new = cls(
+            module.embed_dim,
+            module.num_heads,
+            dropout=module.dropout,
+            bias=module.in_proj_bias is not None,
+            kdim=module.kdim,
+            vdim=module.vdim,
+            batch_first=module.batch_first,
+            device=ref.device,
+            dtype=ref.dtype,
+            mechanism=mechanism,
+            **options,
+        )
+        own = new.state_dict()
+        missing = new.load_state_dict(
+            {**own, **{k: v for k, v in module.state_dict().items() if k in own}}, strict=True
+        )
+        assert not missing.missing_keys and not missing.unexpected_keys
+        return new.train(module.training)
+
+    # ---------------------------------------------------------------------------- forward
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+        attn_mask: Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[Tensor, None]:
+        """Attend like ``torch.nn.MultiheadAttention``; returns ``(output, None)``.
+
+        ``key``/``value`` default to ``query``/``key``. ``key_padding_mask`` is ``(B, Lk)``,
+        bool (True = padding) or float (0 / −inf). ``attn_mask`` may only be a causal mask (or
+        use ``is_causal=True``); other masks raise ``NotImplementedError``.
+        """
+        if need_weights:
+            raise NotImplementedError(
+                "need_weights=True: kattn mechanisms do not form the attention-weight matrix; "
+                "call with need_weights=False"
+            )
+        key = query if key is None else key
+        value = key if value is None else value
+        for arg, x in (("query", query), ("key", key), ("value", value)):
+            if not isinstance(x, Tensor) or x.is_nested or x.dim() not in (2, 3):
+                raise ValueError(f"{arg} must be a 2-D or 3-D dense tensor")
+        batched = query.dim() == 3
+        if not batched:
+            query, key, value = query[:, None], key[:, None], value[:, None]
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask[None]
+        if self.batch_first and batched:
+            query, key, value = (x.transpose(0, 1) for x in (query, key, value))
+        # now (L, B, E)
+        lq, b, _ = query.shape
+        lk = key.shape[0]
+        causal = is_causal or _is_causal_mask(attn_mask, lq, lk)
+        mask = _as_bool_padding(key_padding_mask)
+        q, k, v = self._project(query, key, value)
+        heads = [
+            x.reshape(x.shape[0], b, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+            for x in (q, k, v)
+        ]
+        out = self.attention(*heads, causal=causal, key_padding_mask=mask)  # (B, H, Lq, Dh)
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(lq, b, self.embed_dim))
+        if self.batch_first and batched:
+            out = out.transpose(0, 1)
+        return (out if batched else out[:, 0]), None
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        e = self.embed_dim
+        bias = self.in_proj_bias
+        bq, bk, bv = (
+            (None, None, None) if bias is None else (bias[:e], bias[e : 2 * e], bias[2 * e :])
+        )
+        if self.in_proj_weight is not None:
+            w = self.in_proj_weight
+            if query is key and key is value:
+                return F.linear(query, w, bias).chunk(3, dim=-1)  # type: ignore[return-value]
+            wq, wk, wv = w[:e], w[e : 2 * e], w[2 * e :]
+        else:
+            wq, wk, wv = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        return F.linear(query, wq, bq), F.linear(key, wk, bk), F.linear(value, wv, bv)
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
+            f"mechanism={self.mechanism!r}, batch_first={self.batch_first}"
+        )
+
+
+def _as_bool_padding(mask: Tensor | None) -> Tensor | None:
+    """A bool (True = padding) version of a bool or additive float (0 / −inf) padding mask."""
+    if mask is None or mask.dtype == torch.bool:
+        return mask
+    if not mask.is_floating_point():
+        raise ValueError(f"key_padding_mask must be bool or float (0 / -inf), got {mask.dtype}")
+    padding = torch.isneginf(mask)
+    if not torch.all(padding | (mask == 0)):
+        raise ValueError(
+            "a float key_padding_mask may hold only 0 (keep) and -inf (padding); "
+            "other additive biases are not supported"
+        )
+    return padding
+
+
+def _is_causal_mask(attn_mask: Tensor | None, lq: int, lk: int) -> bool:
+    """True for the causal pattern (bool True / float −inf strictly above the diagonal)."""
+    if attn_mask is None:
+        return False
+    if attn_mask.dim() == 2 and tuple(attn_mask.shape) == (lq, lk) and lq == lk:
+        future = torch.ones(lq, lk, dtype=torch.bool, device=attn_mask.device).triu(1)
+        if attn_mask.dtype == torch.bool:
+            blocked = attn_mask
+        elif attn_mask.is_floating_point() and torch.all(
+            (attn_mask == 0) | torch.isneginf(attn_mask)
+        ):
+            blocked = torch.isneginf(attn_mask)
+        else:
+            blocked = None
+        if blocked is not None and torch.equal(blocked, future):
+            return True
+    raise NotImplementedError(
+        "attn_mask: only the causal mask is supported (or pass is_causal=True); kernelized "
+        "mechanisms cannot apply an arbitrary (Lq, Lk) mask. Use key_padding_mask for padding."
+    )
