@@ -1,0 +1,117 @@
+"""Timing and peak-memory measurement that is honest on shared, noisy machines.
+
+Times are medians over repeats after warm-up (CUDA events on GPU); peak memory is the CUDA
+allocator's peak on GPU and the peak of tracked tensor allocations (PyTorch profiler) on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds per call: median, min, max over ``repeats`` calls."""
+
+    median: float
+    min: float
+    max: float
+    repeats: int
+
+
+def measure_time(
+    fn: Callable[[], Any],
+    *,
+    repeats: int = 7,
+    warmup: int = 2,
+    device: torch.device | str = "cpu",
+) -> Timing:
+    """Run ``fn`` ``warmup`` times, then time ``repeats`` calls; report the median."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    cuda = torch.device(device).type == "cuda"
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return Timing(statistics.median(times), min(times), max(times), repeats)
+
+
+def peak_memory_bytes(fn: Callable[[], Any], *, device: torch.device | str = "cpu") -> int:
+    """Peak bytes of tensor memory allocated while ``fn`` runs (inputs made before excluded)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        base = torch.cuda.memory_allocated(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        fn()
+        torch.cuda.synchronize(dev)
+        return int(torch.cuda.max_memory_allocated(dev) - base)
+    return _cpu_peak_bytes(fn)
+
+
+def _cpu_peak_bytes(fn: Callable[[], Any]) -> int:
+    # The profiler records every allocation with the running total of bytes allocated since
+    # it started; the largest total is the peak.
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    peak = 0
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        if event.tag == _EventType.Allocation:
+            peak = max(peak, int(event.extra_fields.total_allocated))
+        stack.extend(event.children)
+    return peak
+
+
+def machine_info(device: torch.device | str = "cpu") -> dict[str, Any]:
+    """What the numbers were measured on: processor, threads, library versions."""
+    import kattn
+
+    info: dict[str, Any] = {
+        "kattn": kattn.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

@@ -1,0 +1,60 @@
+"""Shared test helpers: one ``assert_close`` with tolerances per dtype, inputs, masks."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+TOLERANCES = {
+    torch.float64: (1e-9, 1e-10),
+    torch.float32: (1e-4, 1e-5),
+    torch.bfloat16: (3e-2, 3e-2),
+    torch.float16: (1e-2, 1e-3),
+}
+
+
+def assert_close(actual: Tensor, expected: Tensor, dtype: torch.dtype | None = None) -> None:
+    """``torch.testing.assert_close`` with the tolerances of ``dtype`` (default: actual's)."""
+    rtol, atol = TOLERANCES[dtype or actual.dtype]
+    torch.testing.assert_close(actual, expected.to(actual.dtype), rtol=rtol, atol=atol)
+
+
+def qkv(
+    b: int = 2,
+    h: int = 3,
+    lq: int = 37,
+    lk: int | None = None,
+    d: int = 16,
+    dv: int = 8,
+    *,
+    scale: float = 1.0,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    requires_grad: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Random q ``(B, H, Lq, D)``, k ``(B, H, Lk, D)``, v ``(B, H, Lk, Dv)``."""
+    lk = lq if lk is None else lk
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, lq, d, generator=g, dtype=torch.float64) * scale
+    k = torch.randn(b, h, lk, d, generator=g, dtype=torch.float64) * scale
+    v = torch.randn(b, h, lk, dv, generator=g, dtype=torch.float64)
+    return tuple(x.to(dtype).requires_grad_(requires_grad) for x in (q, k, v))  # type: ignore[return-value]
+
+
+def padding_mask(b: int, length: int, pads: tuple[int, ...], *, left: bool = False) -> Tensor:
+    """``(B, L)`` bool mask, True on the last (or first) ``pads[b]`` positions of row b."""
+    mask = torch.zeros(b, length, dtype=torch.bool)
+    for row, p in enumerate(pads):
+        if p:
+            if left:
+                mask[row, :p] = True
+            else:
+                mask[row, length - p :] = True
+    return mask
+
+
+def grads(out: Tensor, *inputs: Tensor, seed: int = 5) -> list[Tensor]:
+    """Gradients of a fixed random projection of ``out`` with respect to ``inputs``."""
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.randn(out.shape, generator=g, dtype=torch.float64).to(out.dtype)
+    return list(torch.autograd.grad((out * weight).sum(), inputs, allow_unused=True))

@@ -1,0 +1,171 @@
+"""Feature maps: formulas, unbiasedness, sampling schemes, redraw policy, numerics."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kattn
+from kattn.features.sampling import orthogonal_projection, sample_projection, sphere_projection
+
+from .helpers import assert_close
+
+D = 8
+
+
+def build(name, **options):
+    torch.manual_seed(0)
+    return kattn.features.build(name, head_dim=D, num_heads=2, **options).double()
+
+
+def test_prf_formula():
+    fm = build("prf", num_features=12)
+    x = torch.randn(2, 2, 5, D, dtype=torch.float64)
+    w = fm.projection
+    expected = torch.exp(x @ w.T - 0.5 * x.square().sum(-1, keepdim=True)) / math.sqrt(12)
+    assert_close(fm.features(x), expected)
+    assert_close(fm.features(x, scale=0.3), fm.features(x * math.sqrt(0.3)))
+    values = fm(x).values
+    assert values.amax(-1).sub(1).abs().max() < 1e-12 and (values > 0).all()
+
+
+def test_trf_formula():
+    fm = build("trf", num_features=12)
+    x = torch.randn(2, 2, 5, D, dtype=torch.float64)
+    u = x @ fm.projection.T
+    expected = (
+        torch.cat([u.sin(), u.cos()], -1)
+        * torch.exp(0.5 * x.square().sum(-1, keepdim=True))
+        / math.sqrt(6)
+    )
+    assert fm.projection.shape == (6, D)
+    assert_close(fm.features(x), expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "fn"),
+    [("elu", lambda x: F.elu(x) + 1), ("relu", F.relu), ("identity", lambda x: x)],
+)
+def test_deterministic_maps(name, fn):
+    fm = build(name)
+    x = torch.randn(2, 2, 5, D, dtype=torch.float64)
+    assert_close(fm.features(x), fn(x))
+    assert_close(fm.features(x, scale=4.0), fn(2 * x))
+    assert fm.num_features == D and fm(x).log_scale is None
+
+
+@pytest.mark.parametrize("name", ["prf", "trf"])
+@pytest.mark.parametrize("sampling", ["gaussian", "orthogonal"])
+def test_random_features_are_unbiased_for_exp_dot(name, sampling):
+    """Averaged over independent draws, φ(x)·φ(y) → exp(x·y) (fixed seeds, 4000 draws)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(D, generator=g, dtype=torch.float64) * 0.3
+    y = torch.randn(D, generator=g, dtype=torch.float64) * 0.3
+    fm = kattn.features.build(
+        name,
+        head_dim=D,
+        num_heads=1,
+        num_features=D,
+        sampling=sampling,
+        generator=torch.Generator().manual_seed(4),
+    )
+    fm = fm.double()
+    estimates = []
+    for _ in range(4000):
+        fm.redraw_features()
+        estimates.append((fm.features(x[None]) * fm.features(y[None])).sum())
+    estimate = torch.stack(estimates)
+    exact = torch.exp(x @ y)
+    stderr = estimate.std() / math.sqrt(len(estimates))
+    assert abs(estimate.mean() - exact) < 4 * stderr + 1e-3
+
+
+def test_orthogonal_rows_are_orthogonal_within_blocks():
+    w = orthogonal_projection(20, D, torch.Generator().manual_seed(0)).double()
+    for start in range(0, 20, D):
+        block = w[start : start + D]
+        gram = block @ block.T
+        off_diagonal = gram - torch.diag(torch.diagonal(gram))
+        assert off_diagonal.abs().max() < 1e-4 * gram.abs().max()
+    norms = w.norm(dim=1)
+    assert norms.std() > 0.1  # chi-distributed, not constant
+    big = orthogonal_projection(4000, D, torch.Generator().manual_seed(1)).double()
+    assert abs(big.norm(dim=1).square().mean() - D) < 0.3  # E‖w‖² = D
+
+
+def test_sphere_rows_have_norm_sqrt_d():
+    w = sphere_projection(50, D, torch.Generator().manual_seed(0))
+    assert_close(w.norm(dim=1), torch.full((50,), math.sqrt(D)), dtype=torch.float32)
+
+
+def test_sampling_is_validated():
+    with pytest.raises(ValueError, match="sampling"):
+        sample_projection("uniform", 4, D)
+    with pytest.raises(ValueError, match="sampling"):
+        build("prf", sampling="uniform")
+    with pytest.raises(ValueError, match="num_features"):
+        build("prf", num_features=0)
+    with pytest.raises(ValueError, match="even"):
+        build("trf", num_features=7)
+    with pytest.raises(ValueError, match="redraw"):
+        build("prf", redraw=0)
+
+
+def test_generator_makes_draws_reproducible():
+    a = kattn.features.build(
+        "prf", head_dim=D, num_heads=1, generator=torch.Generator().manual_seed(7)
+    )
+    b = kattn.features.build(
+        "prf", head_dim=D, num_heads=1, generator=torch.Generator().manual_seed(7)
+    )
+    assert torch.equal(a.projection, b.projection)
+
+
+def test_redraw_schedule_in_training_only():
+    attn = kattn.build("performer", head_dim=D, num_heads=1, redraw=3)
+    q = torch.randn(1, 1, 4, D)
+    first = attn.feature_map.projection.clone()
+    attn.train()
+    attn(q, q, q)
+    attn(q, q, q)
+    assert torch.equal(attn.feature_map.projection, first)
+    attn(q, q, q)  # the third training forward draws new features
+    assert not torch.equal(attn.feature_map.projection, first)
+    drawn = attn.feature_map.projection.clone()
+    attn.eval()
+    for _ in range(5):
+        attn(q, q, q)
+    assert torch.equal(attn.feature_map.projection, drawn)
+
+
+def test_never_redraw():
+    attn = kattn.build("performer", head_dim=D, num_heads=1, redraw="never").train()
+    first = attn.feature_map.projection.clone()
+    q = torch.randn(1, 1, 4, D)
+    for _ in range(5):
+        attn(q, q, q)
+    assert torch.equal(attn.feature_map.projection, first)
+
+
+def test_projection_is_in_the_state_dict():
+    attn = kattn.build("rfa", head_dim=D, num_heads=1)
+    assert "feature_map.projection" in attn.state_dict()
+
+
+@pytest.mark.parametrize("name", ["prf", "trf"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_norms_give_finite_features(name, dtype):
+    fm = kattn.features.build(name, head_dim=64, num_heads=1, num_features=64)
+    x = F.normalize(torch.randn(1, 1, 10, 64), dim=-1) * 50
+    out = fm(x.to(dtype).float())
+    assert torch.isfinite(out.values).all() and torch.isfinite(out.log_scale).all()
+    assert out.values.abs().max() <= 1.0
+
+
+def test_half_precision_module_keeps_fp32_maths():
+    attn = kattn.build("performer", head_dim=D, num_heads=1).half()
+    assert attn.feature_map.projection.dtype == torch.float16
+    q = torch.randn(1, 1, 6, D).half()
+    out = attn(q, q, q)
+    assert out.dtype == torch.float16 and torch.isfinite(out).all()
