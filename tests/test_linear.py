@@ -57,15 +57,23 @@ def test_chunked_equals_reference(length, chunk, log_scales, pads):
     assert_close(out, ref)
 
 
-@pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scaled"])
-def test_chunked_gradients_equal_reference(log_scales):
-    fq, fk, v, s = features(45, log_scales=log_scales, requires_grad=True)
+@pytest.mark.parametrize(
+    ("log_scales", "spread"),
+    [(False, 0.0), (True, 3.0), (True, 40.0)],
+    ids=["plain", "chunk_offsets", "steep_per_query_offsets"],
+)
+def test_chunked_gradients_equal_reference(log_scales, spread):
+    fq, fk, v, s = features(45, log_scales=log_scales, spread=spread, requires_grad=True)
     mask = padding_mask(B, 45, (0, 6))
     inputs = [fq, fk, v] + ([s] if s is not None else [])
     out = linear_attention_chunked(
         fq, fk, v, k_log_scale=s, key_padding_mask=mask, chunk_size=8, block_size=16
     )
-    ref = linear_attention_reference(fq, dense(fk, s), v, causal=True, key_padding_mask=mask)
+    # the kernel guards its normaliser relative to the largest key; with keys e^±100 apart the
+    # reference must not guard its absolute normaliser
+    ref = linear_attention_reference(
+        fq, dense(fk, s), v, causal=True, key_padding_mask=mask, eps=1e-300
+    )
     for a, b in zip(grads(out, *inputs), grads(ref, *inputs), strict=True):
         assert_close(a, b)
 
@@ -145,6 +153,17 @@ def test_prefill_continues_from_a_state(split):
         chunk_size=8,
     )
     assert_close(torch.cat([first, second], dim=2), whole)
+
+
+@pytest.mark.parametrize("jump", [10.0, 29.0, 31.0, 200.0])
+def test_steep_rises_inside_a_chunk_are_exact(jump):
+    """Both ways of offsetting a chunk (one offset, or one per query when the running maximum
+    rises more than MAX_CHUNK_RISE inside it) equal the reference."""
+    fq, fk, v, s = features(40, spread=1.0)
+    s = s.clone()
+    s[:, :, 20] += jump
+    out = linear_attention_chunked(fq, fk, v, k_log_scale=s, chunk_size=32)
+    assert_close(out, linear_attention_reference(fq, dense(fk, s), v, causal=True))
 
 
 def test_offsets_never_use_a_future_key():

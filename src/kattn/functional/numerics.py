@@ -33,7 +33,7 @@ def exp_nonpositive_(x: Tensor) -> Tensor:
     return x.clamp_(EXP_FLOOR, 0.0).exp_()
 
 
-def guard_normaliser(den: Tensor, eps: float) -> Tensor:
+def guard_normaliser(den: Tensor, eps: float | Tensor) -> Tensor:
     """Keep ``|den| >= eps`` with its sign, so the ratio never divides by zero."""
     return torch.where(den >= 0, den.clamp_min(eps), den.clamp_max(-eps))
 
