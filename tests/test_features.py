@@ -106,7 +106,7 @@ def test_sampling_is_validated():
         build("prf", sampling="uniform")
     with pytest.raises(ValueError, match="num_features"):
         build("prf", num_features=0)
-    with pytest.raises(ValueError, match="even"):
+    with pytest.raises(ValueError, match="multiple of 2"):
         build("trf", num_features=7)
     with pytest.raises(ValueError, match="redraw"):
         build("prf", redraw=0)
@@ -153,19 +153,53 @@ def test_projection_is_in_the_state_dict():
     assert "feature_map.projection" in attn.state_dict()
 
 
-@pytest.mark.parametrize("name", ["prf", "trf"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_large_norms_give_finite_features(name, dtype):
-    fm = kattn.features.build(name, head_dim=64, num_heads=1, num_features=64)
-    x = F.normalize(torch.randn(1, 1, 10, 64), dim=-1) * 50
-    out = fm(x.to(dtype).float())
+@pytest.mark.parametrize("name", ["rfa", "performer"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_large_norms_give_bounded_fp32_features(name, dtype):
+    attn = kattn.build(name, head_dim=64, num_heads=1, num_features=64)
+    x = (F.normalize(torch.randn(1, 1, 10, 64), dim=-1) * 50).to(dtype)
+    out = attn.features(x)
+    assert out.values.dtype == torch.float32 and out.log_scale.dtype == torch.float32
     assert torch.isfinite(out.values).all() and torch.isfinite(out.log_scale).all()
     assert out.values.abs().max() <= 1.0
 
 
-def test_half_precision_module_keeps_fp32_maths():
-    attn = kattn.build("performer", head_dim=D, num_heads=1).half()
-    assert attn.feature_map.projection.dtype == torch.float16
+def test_module_cast_to_half_still_computes_features_in_fp32():
+    """model.half() casts the projection buffer too; the maths stays fp32 (upcast on use)."""
+    torch.manual_seed(0)
+    attn = kattn.build("performer", head_dim=D, num_heads=1)
     q = torch.randn(1, 1, 6, D).half()
+    attn.half()
+    assert attn.feature_map.projection.dtype == torch.float16
     out = attn(q, q, q)
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert attn.features(q).values.dtype == torch.float32
+    reference = attn.float()(q.float(), q.float(), q.float())  # same (fp16-rounded) projection
+    assert_close(out, reference)
+
+
+@pytest.mark.parametrize("options", [{}, {"normalize_qk": True}, {"scale": 1.0}])
+def test_redraw_between_forwards_keeps_earlier_graphs_valid(options):
+    """Gradient accumulation: two training forwards (a redraw between them), one backward."""
+    attn = kattn.build("performer", head_dim=D, num_heads=1, redraw=1, **options).train()
+    q = torch.randn(1, 1, 5, D, requires_grad=True)
+    first = attn(q, q, q)
+    second = attn(q, q, q)
+    (first.sum() + second.sum()).backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_checkpointing_sees_the_features_of_its_forward():
+    """Recomputation inside backward is the same step: no redraw, equal gradients."""
+    from torch.utils.checkpoint import checkpoint
+
+    def gradient(use_checkpoint):
+        torch.manual_seed(0)
+        # redraw=2: the recomputation would be the second call, the one that redraws
+        attn = kattn.build("performer", head_dim=D, num_heads=1, redraw=2).train()
+        q = torch.randn(1, 1, 7, D, requires_grad=True)
+        out = checkpoint(attn, q, q, q, use_reentrant=False) if use_checkpoint else attn(q, q, q)
+        out.square().sum().backward()
+        return q.grad
+
+    assert_close(gradient(True), gradient(False))

@@ -34,6 +34,8 @@ def test_shapes_dtypes_and_masks_are_checked(attn):
     refused(attn, "share a dtype", q, k.double(), v)
     refused(attn, "must be a torch.Tensor", q.tolist(), k, v)
     refused(attn, "causal must be a bool", q, k, v, causal=1)
+    refused(attn, "at least one position", q[:, :, :0], k, v)
+    refused(attn, "at least one position", q, k[:, :, :0], v[:, :, :0])
     if attn.supports_padding_mask:
         refused(
             attn, r"key_padding_mask must be a bool", q, k, v, key_padding_mask=torch.zeros(2, 37)

@@ -164,6 +164,8 @@ class Attention(nn.Module):
             )
         if lk != lv:
             raise ValueError(f"k and v must have the same length, got {lk} and {lv}")
+        if lq == 0 or lk == 0:
+            raise ValueError(f"q and k need at least one position each, got Lq={lq}, Lk={lk}")
         if dq != dk:
             raise ValueError(f"q and k must have the same head dim, got {dq} and {dk}")
         if dq != self.head_dim:

@@ -16,7 +16,7 @@ from torch import Tensor
 from .. import features as feature_maps
 from .. import functional as lin
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
-from ..functional.numerics import DEFAULT_EPS
+from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS
 from ..registry import keyword_parameters, register_mechanism
 from .base import Attention
 
@@ -32,7 +32,9 @@ class KernelizedAttention(Attention):
             (also 1 with ``normalize_qk``, where ``q̂·k̂ ∈ [−1, 1]``).
         chunk_size: tokens per chunk of the causal chunkwise-parallel form.
         block_size: tokens per block of chunks computed together (memory/speed trade-off).
-        eps: guard of the normaliser (``|den| >= eps``).
+        eps: guard of the normaliser, ``|den| >= eps`` in units where the query's largest
+            feature and the largest key weight are 1. Default: 1e-30 for positive feature maps
+            (only a zero normaliser is caught), 1e-6 for signed ones (identity, trf).
         **feature_options: options of the feature map (e.g. ``num_features``, ``sampling``,
             ``redraw`` for ``prf``/``trf``).
     """
@@ -50,7 +52,7 @@ class KernelizedAttention(Attention):
         scale: float | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         block_size: int = DEFAULT_BLOCK_SIZE,
-        eps: float = DEFAULT_EPS,
+        eps: float | None = None,
         **feature_options: Any,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
@@ -63,8 +65,8 @@ class KernelizedAttention(Attention):
         for arg, value in (("chunk_size", chunk_size), ("block_size", block_size)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{arg} must be a positive int, got {value!r}")
-        if not eps > 0:
-            raise ValueError(f"eps must be positive, got {eps!r}")
+        if eps is not None and not eps > 0:
+            raise ValueError(f"eps must be positive or None, got {eps!r}")
         self.feature_map = feature_maps.build(
             feature_map, head_dim=head_dim, num_heads=num_heads, **feature_options
         )
@@ -76,7 +78,9 @@ class KernelizedAttention(Attention):
         self.scale = float(scale)
         self.chunk_size = chunk_size
         self.block_size = block_size
-        self.eps = eps
+        if eps is None:
+            eps = POSITIVE_EPS if self.feature_map.positive else DEFAULT_EPS
+        self.eps = float(eps)
 
     @classmethod
     def option_names(cls, options: Mapping[str, Any]) -> list[str]:

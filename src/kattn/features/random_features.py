@@ -36,6 +36,8 @@ class RandomFeatureMap(FeatureMap):
     approximates_softmax = True
     is_random = True
     projection: Tensor
+    #: ``num_features`` must be a multiple of this (features per random frequency).
+    features_per_frequency = 1
 
     def __init__(
         self,
@@ -48,8 +50,17 @@ class RandomFeatureMap(FeatureMap):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads)
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"num_features must be a positive int, got {num_features!r}")
+        per = self.features_per_frequency
+        if (
+            isinstance(num_features, bool)
+            or not isinstance(num_features, int)
+            or num_features < per
+            or num_features % per
+        ):
+            raise ValueError(
+                f"num_features must be a positive int"
+                f"{f' multiple of {per}' if per > 1 else ''}, got {num_features!r}"
+            )
         if sampling not in SAMPLINGS:
             raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
         if redraw != "never" and (
@@ -70,21 +81,29 @@ class RandomFeatureMap(FeatureMap):
     @property
     def num_projections(self) -> int:
         """Rows of ``W``."""
-        return self._num_features
+        return self._num_features // self.features_per_frequency
 
     def _draw(self) -> Tensor:
         return sample_projection(self.sampling, self.num_projections, self.head_dim, self.generator)
 
     @torch.no_grad()
     def redraw_features(self) -> None:
-        """Draw a fresh projection now (in place, keeping device and dtype)."""
-        fresh = self._draw()
-        self.projection.copy_(fresh.to(self.projection.dtype))
+        """Draw a fresh projection now (same device and dtype).
+
+        The buffer is replaced, not overwritten, so graphs of earlier forwards that still wait
+        for their backward keep the projection they used.
+        """
+        old = self.projection
+        self.projection = self._draw().to(device=old.device, dtype=old.dtype)
         self._steps_since_redraw = 0
 
     @torch.compiler.disable
     def training_step(self) -> None:
         if not isinstance(self.redraw, int):  # "never"
+            return
+        if _in_backward():
+            # activation checkpointing re-runs the forward inside backward: that is the same
+            # step again, and it must see the same features
             return
         self._steps_since_redraw += 1
         if self._steps_since_redraw >= self.redraw:
@@ -117,40 +136,19 @@ class TrigonometricRandomFeatures(RandomFeatureMap):
     """TRF: ``φ(x) = exp(‖x‖²/2) / √(M/2) · [sin(Wx), cos(Wx)]`` with M/2 frequencies."""
 
     positive = False
-
-    def __init__(
-        self,
-        *,
-        head_dim: int,
-        num_heads: int,
-        num_features: int = 256,
-        sampling: str = "orthogonal",
-        redraw: str | int = 1000,
-        generator: torch.Generator | None = None,
-    ) -> None:
-        if isinstance(num_features, int) and (num_features < 2 or num_features % 2):
-            raise ValueError(
-                "num_features must be an even int >= 2 for trf (sin and cos pairs), "
-                f"got {num_features}"
-            )
-        super().__init__(
-            head_dim=head_dim,
-            num_heads=num_heads,
-            num_features=num_features,
-            sampling=sampling,
-            redraw=redraw,
-            generator=generator,
-        )
-
-    @property
-    def num_projections(self) -> int:
-        return self.num_features // 2
+    features_per_frequency = 2  # a sin and a cos per frequency
 
     def forward(self, x: Tensor, scale: float = 1.0) -> Features:
         u = self._project(x, scale)
         values = torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
         log_scale = (0.5 * scale) * _sq_norm(x) - 0.5 * math.log(self.num_projections)
         return Features(values, log_scale)
+
+
+def _in_backward() -> bool:
+    """Whether the autograd engine is running a backward pass in this thread."""
+    task_id = getattr(torch._C, "_current_graph_task_id", None)
+    return task_id is not None and task_id() != -1
 
 
 def _sq_norm(x: Tensor) -> Tensor:

@@ -13,7 +13,8 @@ Query i sees keys j <= i: ``z_i = φ(q_i)·S_i / φ(q_i)·z_i`` with ``S_i = Σ_
 
 With key log-scales ``s_j`` (see :mod:`kattn.functional.linear`) every query i uses the
 running maximum ``r_i = max_{j<=i} s_j`` as its key offset, and states are rescaled between
-running maxima, so no offset, and hence no rounding, depends on a future token.
+running maxima, so no offset depends on a future token: with finite inputs, changing future
+tokens leaves earlier outputs bitwise unchanged.
 """
 
 from __future__ import annotations
@@ -38,9 +39,6 @@ from .numerics import (
 DEFAULT_CHUNK_SIZE = 64
 #: default number of tokens per block of chunks that are processed together.
 DEFAULT_BLOCK_SIZE = 4096
-#: largest rise (in nats) of the running key maximum inside a chunk for which one offset per
-#: chunk is used; e^-30 keeps every relevant weight far inside the fp32 (and fp64) range.
-MAX_CHUNK_RISE = 30.0
 
 
 class LinearState(NamedTuple):
@@ -204,49 +202,35 @@ def _causal_block(
 
     fq, fk: ``(N, T, M)``; v: ``(N, T, Dv)``; s: ``(N, T)``; kv: ``(N, M, Dv)``; z: ``(N, M)``;
     offset: ``(N,)``. Returns the output ``(N, T, Dv)`` and the state after the block.
-
-    Query i's exact key offset is its running maximum r_i. Any per-query factor cancels in the
-    ratio, so while every query of a chunk is within :data:`MAX_CHUNK_RISE` nats of the
-    running maximum at the chunk's end, that one offset serves the whole chunk (and the guard
-    is scaled to match); a chunk where the maximum rises more falls back to per-query offsets,
-    so a large later key can never underflow an earlier query's keys.
     """
     n_flat, t, m = fq.shape
     dv = v.shape[-1]
     n = t // c
     # one batch of N·n chunks: 3-D matmuls are the fastest batched form
     fq, fk, v = (x.reshape(n_flat * n, c, x.shape[-1]) for x in (fq, fk, v))
+    scores = torch.bmm(fq, fk.transpose(1, 2))  # (Nn, C, C)
     # (in-place updates below only touch tensors that no backward formula needs)
-    q_rescale = guard_scale = None
     if s is None:
-        r_end = offset.new_zeros(n_flat, n)
+        weights = scores.tril_()
         k_in = fk
-        weights = torch.bmm(fq, fk.transpose(1, 2)).tril_()
-        targets = torch.cat([r_end, r_end[:, -1:]], dim=1)
+        q_rescale = None
+        offsets = torch.cat([offset[:, None], offset.new_zeros(n_flat, n)], dim=1)
     else:
-        # running maxima carry no gradient: offsets cancel in the ratio
+        # r_i, the key offset of query i: the running maximum of the log-scales up to i
+        # (carried over from the state). It cancels in the ratio, so it carries no gradient.
         r = torch.maximum(torch.cummax(s.detach(), dim=1).values, offset[:, None])
-        r = r.reshape(n_flat * n, c)
-        r_end = r[:, -1].view(n_flat, n)  # the offset of each chunk's own sums
-        s = s.reshape(n_flat * n, c)
-        k_in = fk * exp_nonpositive_(s - r_end.reshape(-1, 1))[..., None]
-        rise = r_end.reshape(-1, 1) - r  # (Nn, C), >= 0
-        if bool(rise.max() <= MAX_CHUNK_RISE):
-            weights = torch.bmm(fq, k_in.transpose(1, 2)).tril_()
-            guard_scale = exp_nonpositive_(-rise)[..., None]
-            targets = torch.cat([r_end, r_end[:, -1:]], dim=1)
-        else:
-            # weight exp(s_j − r_i) <= 1 for j <= i (future entries are zeroed after the product)
-            weights = torch.bmm(fq, fk.transpose(1, 2))
-            weights = weights.mul_(exp_nonpositive_(s[:, None, :] - r[:, :, None])).tril_()
-            targets = torch.cat([offset[:, None], r_end], dim=1)
-            q_rescale = exp_nonpositive_(targets[:, :-1].reshape(-1, 1) - r)[..., None]
+        r, s = r.reshape(n_flat * n, c), s.reshape(n_flat * n, c)
+        r_end = r[:, -1]  # (Nn,) the offset of each chunk's own sums
+        # weight exp(s_j − r_i) <= 1 for j <= i (future entries are zeroed after the product)
+        weights = scores.mul_(exp_nonpositive_(s[:, None, :] - r[:, :, None])).tril_()
+        k_in = fk * exp_nonpositive_(s - r_end[:, None])[..., None]
+        offsets = torch.cat([offset[:, None], r_end.view(n_flat, n)], dim=1)  # (N, n+1)
+        q_rescale = exp_nonpositive_(offsets[:, :-1].reshape(-1, 1) - r)[..., None]
     num = torch.bmm(weights, v)  # (Nn, C, Dv)
     den = weights.sum(dim=-1, keepdim=True)  # (Nn, C, 1)
-    # sums of [incoming state, chunk 0, ..., chunk n−1] → entry c: the state before chunk c
-    # in offset targets[c]; entry n: the state after the block
-    sources = torch.cat([offset[:, None], r_end], dim=1)  # (N, n+1) offsets of the summands
-    scan = exp_nonpositive_(sources[:, None, :] - targets[:, :, None]).tril_()
+    # sums of [incoming state, chunk 0, ..., chunk n−1], then inclusive prefix sums: entry c
+    # is the state before chunk c (in offset offsets[c]); entry n the state after the block
+    scan = exp_nonpositive_(offsets[:, None, :] - offsets[:, :, None]).tril_()  # (N, n+1, n+1)
     chunk_kv = torch.bmm(k_in.transpose(1, 2), v).view(n_flat, n, m * dv)
     all_kv = torch.bmm(scan, torch.cat([kv.reshape(n_flat, 1, m * dv), chunk_kv], dim=1))
     all_z = torch.bmm(scan, torch.cat([z[:, None], k_in.sum(dim=1).view(n_flat, n, m)], dim=1))
@@ -257,9 +241,8 @@ def _causal_block(
     else:
         num = num.addcmul_(q_rescale, torch.bmm(fq, prefix_kv))
         den = den.addcmul_(q_rescale, torch.bmm(fq, prefix_z))
-    guard = eps if guard_scale is None else guard_scale * eps
-    out = (num / guard_normaliser(den, guard)).view(n_flat, t, dv)
-    return out, all_kv[:, n].view(n_flat, m, dv), all_z[:, n], targets[:, n]
+    out = (num / guard_normaliser(den, eps)).view(n_flat, t, dv)
+    return out, all_kv[:, n].view(n_flat, m, dv), all_z[:, n], offsets[:, n]
 
 
 def linear_attention_step(

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-#: exponents are clamped here before ``exp`` where the result only needs to be negligible:
-#: ``exp(−80) ≈ 2e-35`` cannot move an fp32 sum, and CPU ``exp`` is tens of times slower on
-#: arguments whose result underflows.
-EXP_FLOOR = -80.0
-#: default guard of normalisers: ``|den|`` is never smaller than this.
+#: default guard of normalisers of signed features: ``|den|`` is never smaller than this.
 DEFAULT_EPS = 1e-6
+#: guard of normalisers of positive features: it only keeps a zero normaliser (every feature
+#: zero or underflowed, e.g. a fully padded row) from dividing by zero, and leaves room for
+#: gradients (about 1/den) to stay finite.
+POSITIVE_EPS = 1e-30
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -23,14 +25,21 @@ def log_floor(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).min
 
 
+def exp_floor(dtype: torch.dtype) -> float:
+    """Exponents below this give subnormal results in ``dtype`` (about −86 for fp32)."""
+    return math.log(torch.finfo(dtype).tiny) + 1.0
+
+
 def exp_nonpositive(x: Tensor) -> Tensor:
-    """``exp(x)`` for ``x <= 0`` (larger x count as 0), exponents floored at :data:`EXP_FLOOR`."""
-    return torch.exp(x.clamp(EXP_FLOOR, 0.0))
+    """``exp(x)`` for ``x <= 0`` (larger x count as 0), with exponents floored at
+    :func:`exp_floor`: results below the smallest normal number are not representable
+    accurately anyway, and CPU ``exp`` is tens of times slower on arguments that underflow."""
+    return torch.exp(x.clamp(exp_floor(x.dtype), 0.0))
 
 
 def exp_nonpositive_(x: Tensor) -> Tensor:
     """In-place :func:`exp_nonpositive`, for a fresh temporary that no backward needs."""
-    return x.clamp_(EXP_FLOOR, 0.0).exp_()
+    return x.clamp_(exp_floor(x.dtype), 0.0).exp_()
 
 
 def guard_normaliser(den: Tensor, eps: float | Tensor) -> Tensor:
@@ -45,13 +54,15 @@ def prepare_linear_inputs(
     k_log_scale: Tensor | None,
     key_padding_mask: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Upcast to the accumulation dtype; zero padded keys and put their log-scale at the floor."""
+    """Upcast to the accumulation dtype; zero padded keys and values (so that not even a NaN
+    there can reach an output) and put their log-scale at the floor."""
     acc = accumulation_dtype(v.dtype)
     fq, fk, v = phi_q.to(acc), phi_k.to(acc), v.to(acc)
     s = None if k_log_scale is None else k_log_scale.to(acc)
     if key_padding_mask is not None:
         pad = key_padding_mask[:, None, :]  # (B, 1, Lk)
         fk = fk.masked_fill(pad[..., None], 0.0)
+        v = v.masked_fill(pad[..., None], 0.0)
         if s is not None:
             s = s.masked_fill(pad, log_floor(acc))
     return fq, fk, v, s
