@@ -72,3 +72,31 @@ def test_bad_dropout_and_scale_are_refused():
         kattn.build("softmax", head_dim=8, num_heads=1, dropout=1.0)
     with pytest.raises(ValueError, match="scale"):
         kattn.build("softmax", head_dim=8, num_heads=1, scale=0.0)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["cache_buffers", "differentiable"])
+def test_key_value_cache_steps_equal_causal_forward(requires_grad):
+    attn = kattn.build("softmax", head_dim=16, num_heads=3)
+    q, k, v = qkv(lq=40, requires_grad=requires_grad)  # grows the cache 16 → 32 → 64
+    full = softmax_attention_reference(q, k, v, causal=True)
+    state = attn.init_state(2, 3, dtype=q.dtype)
+    outs = []
+    for t in range(40):
+        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+        outs.append(out)
+    steps = torch.cat(outs, dim=2)
+    assert_close(steps, full)
+    assert state.length == 40 and state.keys.shape[2] >= 40
+    if requires_grad:
+        for a, b in zip(grads(steps, q, k, v), grads(full, q, k, v), strict=True):
+            assert_close(a, b)
+
+
+def test_key_value_cache_checks_its_state():
+    attn = kattn.build("softmax", head_dim=16, num_heads=3)
+    q, k, v = qkv(lq=1)
+    with pytest.raises(ValueError, match="KVCache"):
+        attn.step(q, k, v, None)
+    state = attn.init_state(1, 3)
+    with pytest.raises(ValueError, match="batch"):
+        attn.step(q, k, v, state)

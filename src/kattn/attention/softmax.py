@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..functional.softmax import softmax_attention
@@ -9,8 +13,25 @@ from ..registry import register_mechanism
 from .base import Attention
 
 
+class KVCache(NamedTuple):
+    """Decoding state of softmax attention: the keys and values seen so far.
+
+    Attributes:
+        keys: ``(B, H, capacity, D)``; values: ``(B, H, capacity, Dv)``; the first ``length``
+            positions are filled. Capacity doubles when full, so appending is amortised O(1);
+            memory and time per token grow with the sequence, unlike kernelized states.
+        length: tokens in the cache.
+    """
+
+    keys: Tensor
+    values: Tensor
+    length: int
+
+
 class SoftmaxAttention(Attention):
     """``softmax(q kᵀ · scale) v`` through ``scaled_dot_product_attention``.
+
+    Recurrent decoding keeps a :class:`KVCache`.
 
     Args:
         scale: logit scale, default ``1/√D``.
@@ -18,6 +39,7 @@ class SoftmaxAttention(Attention):
     """
 
     is_exact = True
+    supports_recurrent = True
     supports_attention_dropout = True
 
     def __init__(
@@ -50,11 +72,61 @@ class SoftmaxAttention(Attention):
             dropout_p=self.dropout if self.training else 0.0,
         )
 
+    def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> KVCache:
+        h, d = self.num_heads, self.head_dim
+        return KVCache(
+            torch.empty(batch_size, h, 0, d, device=device, dtype=dtype),
+            torch.empty(batch_size, h, 0, 0, device=device, dtype=dtype),
+            0,
+        )
+
+    def _step(
+        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache
+    ) -> tuple[Tensor, KVCache]:
+        if not isinstance(state, KVCache):
+            raise ValueError(
+                f"state must be a KVCache (from init_state), got {type(state).__name__}"
+            )
+        keys, values, length = state
+        b, h, _, dv = v_t.shape
+        if keys.shape[:2] != (b, h) or (length and values.shape[-1] != dv):
+            raise ValueError(
+                f"state holds keys {tuple(keys.shape)} and values {tuple(values.shape)}; "
+                f"this step has batch {b}, heads {h}, value dim {dv}"
+            )
+        keys, values = keys.to(k_t.dtype), values.to(v_t.dtype)
+        if torch.is_grad_enabled() and any(x.requires_grad for x in (q_t, k_t, v_t, keys, values)):
+            # differentiable: no writes into tensors that earlier steps' graphs hold
+            keys = torch.cat([keys[:, :, :length], k_t], dim=2)
+            values = torch.cat([values[:, :, :length], v_t], dim=2) if length else v_t
+        else:
+            if length == keys.shape[2] or values.shape[-1] != dv:
+                keys, values = _grow(keys, values, length, dv)
+            keys[:, :, length] = k_t[:, :, 0]
+            values[:, :, length] = v_t[:, :, 0]
+        n = length + 1
+        out = F.scaled_dot_product_attention(
+            q_t, keys[:, :, :n], values[:, :, :n], scale=self.scale
+        )
+        return out, KVCache(keys, values, n)
+
     def extra_repr(self) -> str:
         return (
             f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
             f"scale={self.scale}, dropout={self.dropout}"
         )
+
+
+def _grow(keys: Tensor, values: Tensor, length: int, dv: int) -> tuple[Tensor, Tensor]:
+    """Copy the cache into buffers of twice the capacity (at least 16 positions)."""
+    b, h, _, d = keys.shape
+    capacity = max(16, 2 * keys.shape[2])
+    new_keys = keys.new_empty(b, h, capacity, d)
+    new_values = values.new_empty(b, h, capacity, dv)
+    if length:
+        new_keys[:, :, :length] = keys[:, :, :length]
+        new_values[:, :, :length] = values[:, :, :length]
+    return new_keys, new_values
 
 
 register_mechanism(
