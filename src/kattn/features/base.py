@@ -65,8 +65,8 @@ class FeatureMap(nn.Module):
 
     def regularization_loss(self) -> Tensor:
         """Penalty on the map's parameters (0 unless the map defines one)."""
-        ref = next(iter(self.parameters()), None)
-        return torch.zeros((), device=ref.device if ref is not None else None)
+        tensors = [*self.parameters(), *self.buffers()]
+        return torch.zeros((), device=tensors[0].device if tensors else None)
 
 
 FEATURE_MAPS: Registry[tuple[type[FeatureMap], Mapping[str, Any]]] = Registry("feature map")

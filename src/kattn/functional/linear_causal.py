@@ -242,7 +242,8 @@ def _causal_block(
         num = num.addcmul_(q_rescale, torch.bmm(fq, prefix_kv))
         den = den.addcmul_(q_rescale, torch.bmm(fq, prefix_z))
     out = (num / guard_normaliser(den, eps)).view(n_flat, t, dv)
-    return out, all_kv[:, n].view(n_flat, m, dv), all_z[:, n], offsets[:, n]
+    # copies, so that the state does not keep the per-chunk sums of the block alive
+    return out, all_kv[:, n].reshape(n_flat, m, dv).clone(), all_z[:, n].clone(), offsets[:, n]
 
 
 def linear_attention_step(
