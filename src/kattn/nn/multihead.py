@@ -135,11 +135,8 @@ class MultiheadAttention(nn.Module):
             mechanism=mechanism,
             **options,
         )
-        own = new.state_dict()
-        missing = new.load_state_dict(
-            {**own, **{k: v for k, v in module.state_dict().items() if k in own}}, strict=True
-        )
-        assert not missing.missing_keys and not missing.unexpected_keys
+        own = new.state_dict()  # keeps the mechanism's own buffers (random features)
+        new.load_state_dict({**own, **module.state_dict()}, strict=True)
         return new.train(module.training)
 
     # ---------------------------------------------------------------------------- forward
@@ -168,6 +165,7 @@ class MultiheadAttention(nn.Module):
             )
         key = query if key is None else key
         value = key if value is None else value
+        self_attention = key is query and value is query
         for arg, x in (("query", query), ("key", key), ("value", value)):
             if not isinstance(x, Tensor) or x.is_nested or x.dim() not in (2, 3):
                 raise ValueError(f"{arg} must be a 2-D or 3-D dense tensor")
@@ -183,7 +181,7 @@ class MultiheadAttention(nn.Module):
         lk = key.shape[0]
         causal = is_causal or _is_causal_mask(attn_mask, lq, lk)
         mask = _as_bool_padding(key_padding_mask)
-        q, k, v = self._project(query, key, value)
+        q, k, v = self._project(query, key, value, self_attention)
         heads = [
             x.reshape(x.shape[0], b, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
             for x in (q, k, v)
@@ -194,7 +192,9 @@ class MultiheadAttention(nn.Module):
             out = out.transpose(0, 1)
         return (out if batched else out[:, 0]), None
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(
+        self, query: Tensor, key: Tensor, value: Tensor, self_attention: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
         e = self.embed_dim
         bias = self.in_proj_bias
         bq, bk, bv = (
@@ -202,7 +202,7 @@ class MultiheadAttention(nn.Module):
         )
         if self.in_proj_weight is not None:
             w = self.in_proj_weight
-            if query is key and key is value:
+            if self_attention:  # one matmul for the three projections
                 return F.linear(query, w, bias).chunk(3, dim=-1)  # type: ignore[return-value]
             wq, wk, wv = w[:e], w[e : 2 * e], w[2 * e :]
         else:
