@@ -48,7 +48,7 @@ def inputs(length: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torc
 def candidates(attn: kattn.Attention, q, k, v) -> dict[str, Callable[[], torch.Tensor]]:
     def cumsum() -> torch.Tensor:
         # the same PRF features, aggregated by a prefix sum over (L, M, Dv) outer products
-        return linear_attention_cumsum(attn.features(q).values, attn.features(k).dense(), v)
+        return linear_attention_cumsum(attn.query_features(q), attn.features(k).dense(), v)
 
     return {
         "performer causal": lambda: attn(q, k, v, causal=True),

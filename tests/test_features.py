@@ -203,3 +203,10 @@ def test_checkpointing_sees_the_features_of_its_forward():
         return q.grad
 
     assert_close(gradient(True), gradient(False))
+
+
+@pytest.mark.parametrize("name", ["elu", "relu", "identity", "prf", "trf"])
+def test_query_values_are_the_feature_values(name):
+    fm = build(name)
+    x = torch.randn(2, 2, 5, D, dtype=torch.float64)
+    assert torch.equal(fm.query_values(x, scale=0.5), fm(x, scale=0.5).values)

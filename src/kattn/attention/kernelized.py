@@ -92,11 +92,16 @@ class KernelizedAttention(Attention):
 
     # ------------------------------------------------------------------------------ maths
     def features(self, x: Tensor) -> feature_maps.Features:
-        """φ of queries or keys ``(B, H, L, D)``, computed in fp32 (fp64 stays fp64)."""
+        """φ of keys (or queries) ``(B, H, L, D)``, computed in fp32 (fp64 stays fp64)."""
+        return self.feature_map(self._prepare(x), self.scale)
+
+    def query_features(self, x: Tensor) -> Tensor:
+        """φ of queries up to a positive factor per row (it cancels in the ratio)."""
+        return self.feature_map.query_values(self._prepare(x), self.scale)
+
+    def _prepare(self, x: Tensor) -> Tensor:
         x = x.to(lin.accumulation_dtype(x.dtype))
-        if self.normalize_qk:
-            x = F.normalize(x, dim=-1)
-        return self.feature_map(x, self.scale)
+        return F.normalize(x, dim=-1) if self.normalize_qk else x
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
@@ -105,7 +110,7 @@ class KernelizedAttention(Attention):
             self.feature_map.training_step()
         fk = self.features(k)
         return lin.linear_attention(
-            self.features(q).values,
+            self.query_features(q),
             fk.values,
             v,
             causal=causal,
@@ -127,7 +132,7 @@ class KernelizedAttention(Attention):
     ) -> tuple[Tensor, lin.LinearState]:
         fk = self.features(k_t)
         return lin.linear_attention_step(
-            self.features(q_t).values, fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps
+            self.query_features(q_t), fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps
         )
 
     def regularization_loss(self) -> Tensor:

@@ -56,6 +56,11 @@ class FeatureMap(nn.Module):
     def forward(self, x: Tensor, scale: float = 1.0) -> Features:
         raise NotImplementedError
 
+    def query_values(self, x: Tensor, scale: float = 1.0) -> Tensor:
+        """``φ(√scale · x)`` up to a positive factor per row: all a query needs, since that
+        factor cancels in the ratio of kernelized attention."""
+        return self(x, scale).values
+
     def features(self, x: Tensor, scale: float = 1.0) -> Tensor:
         """The plain ``φ(√scale · x)`` (for references and plots)."""
         return self(x, scale).dense()

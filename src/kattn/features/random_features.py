@@ -124,12 +124,20 @@ class PositiveRandomFeatures(RandomFeatureMap):
     """PRF / FAVOR+: ``φ(x) = exp(Wx − ‖x‖²/2) / √M`` (positive; unbiased for ``exp(x·y)``)."""
 
     def forward(self, x: Tensor, scale: float = 1.0) -> Features:
-        u = self._project(x, scale)
-        top = u.detach().amax(dim=-1, keepdim=True)  # cancels between values and log_scale
-        values = exp_nonpositive_(u.sub_(top))  # in place: the matmul's backward does not need u
+        values, top = self._values(x, scale)
         half_sq_norm = (0.5 * scale) * _sq_norm(x)
         log_scale = top[..., 0] - half_sq_norm - 0.5 * math.log(self.num_features)
         return Features(values, log_scale)
+
+    def query_values(self, x: Tensor, scale: float = 1.0) -> Tensor:
+        return self._values(x, scale)[0]
+
+    def _values(self, x: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+        """``exp(Wx − max_m (Wx)_m)`` (at most 1) and the row maximum, which carries no
+        gradient: it cancels between the values and the log-scale."""
+        u = self._project(x, scale)
+        top = u.detach().amax(dim=-1, keepdim=True)
+        return exp_nonpositive_(u.sub_(top)), top  # in place: the matmul's backward skips u
 
 
 class TrigonometricRandomFeatures(RandomFeatureMap):
@@ -139,10 +147,12 @@ class TrigonometricRandomFeatures(RandomFeatureMap):
     features_per_frequency = 2  # a sin and a cos per frequency
 
     def forward(self, x: Tensor, scale: float = 1.0) -> Features:
-        u = self._project(x, scale)
-        values = torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
         log_scale = (0.5 * scale) * _sq_norm(x) - 0.5 * math.log(self.num_projections)
-        return Features(values, log_scale)
+        return Features(self.query_values(x, scale), log_scale)
+
+    def query_values(self, x: Tensor, scale: float = 1.0) -> Tensor:
+        u = self._project(x, scale)
+        return torch.cat([torch.sin(u), torch.cos(u)], dim=-1)
 
 
 def _in_backward() -> bool:
