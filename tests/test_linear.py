@@ -39,6 +39,23 @@ def dense(fk, s):
     return fk if s is None else fk * torch.exp(s)[..., None]
 
 
+def run_steps(fq, fk, v, s, length):
+    """Outputs of ``length`` recurrent steps from a fresh state, and the final state."""
+    state = linear_attention_init_state(B, H, M, 0, dtype=fq.dtype)
+    outs = []
+    for t in range(length):
+        one = slice(t, t + 1)
+        out, state = linear_attention_step(
+            fq[:, :, one],
+            fk[:, :, one],
+            v[:, :, one],
+            state,
+            k_log_scale=None if s is None else s[:, :, one],
+        )
+        outs.append(out)
+    return torch.cat(outs, dim=2), state
+
+
 LENGTHS = [1, 7, 37, 64, 130]
 
 
@@ -116,18 +133,8 @@ def test_cumsum_equals_reference():
 def test_chunked_equals_recurrent_steps(log_scales):
     fq, fk, v, s = features(29, log_scales=log_scales)
     full = linear_attention_chunked(fq, fk, v, k_log_scale=s, chunk_size=4)
-    state = linear_attention_init_state(B, H, M, 0, dtype=torch.float64)
-    steps = []
-    for t in range(29):
-        out, state = linear_attention_step(
-            fq[:, :, t : t + 1],
-            fk[:, :, t : t + 1],
-            v[:, :, t : t + 1],
-            state,
-            k_log_scale=None if s is None else s[:, :, t : t + 1],
-        )
-        steps.append(out)
-    assert_close(torch.cat(steps, dim=2), full)
+    steps, state = run_steps(fq, fk, v, s, 29)
+    assert_close(steps, full)
     _, final = linear_attention_prefill(fq, fk, v, k_log_scale=s, chunk_size=4)
     for a, b in zip(state, final, strict=True):
         assert_close(a, b)
@@ -179,16 +186,8 @@ def test_offsets_never_use_a_future_key():
     after = linear_attention_chunked(fq, fk, v, k_log_scale=s_future, chunk_size=64)
     assert_close(after[:, :, :50], before[:, :, :50])
     assert after[:, :, :50].abs().amax() > 0.05  # not the zeros of an underflow
-    state = linear_attention_init_state(B, H, M, DV)
-    for t in range(50):
-        out, state = linear_attention_step(
-            fq[:, :, t : t + 1],
-            fk[:, :, t : t + 1],
-            v[:, :, t : t + 1],
-            state,
-            k_log_scale=s_future[:, :, t : t + 1],
-        )
-    assert_close(out[:, :, 0], before[:, :, 49])
+    steps, _ = run_steps(fq, fk, v, s_future, 50)
+    assert_close(steps[:, :, -1], before[:, :, 49])
 
 
 def test_huge_log_scales_stay_finite_in_fp32():

@@ -68,3 +68,15 @@ def test_recurrent_api_checks(attn):
         attn.step(q, k, v, state)
     with pytest.raises(ValueError, match="state"):
         attn.step(q[:, :, :1], k[:, :, :1], v[:, :, :1], "not a state")
+
+
+def test_mechanisms_without_a_recurrent_form_refuse_to_decode():
+    class NoRecurrence(kattn.Attention):
+        supports_recurrent = False
+
+    attn = NoRecurrence(head_dim=D, num_heads=H)
+    q, k, v = qkv(lq=1, d=D, dtype=torch.float32)
+    with pytest.raises(NotImplementedError, match="no recurrent form"):
+        attn.init_state(2, H)
+    with pytest.raises(NotImplementedError, match="no recurrent form"):
+        attn.step(q, k, v, None)

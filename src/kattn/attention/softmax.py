@@ -20,6 +20,8 @@ class KVCache(NamedTuple):
         keys: ``(B, H, capacity, D)``; values: ``(B, H, capacity, Dv)``; the first ``length``
             positions are filled. Capacity doubles when full, so appending is amortised O(1);
             memory and time per token grow with the sequence, unlike kernelized states.
+            Steps write into these buffers, so continue from the latest state only; to
+            branch (beam search), copy first: ``KVCache(keys.clone(), values.clone(), length)``.
         length: tokens in the cache.
     """
 
