@@ -4,13 +4,13 @@ The public API (see the README and docs/):
 
     kattn.available(), kattn.spec(name)
     kattn.build(name, head_dim=, num_heads=, max_len=, **options) -> kattn.Attention
-    kattn.features.available()
+    kattn.features.available(), kattn.positional.available()
     kattn.MultiheadAttention(embed_dim, num_heads, mechanism=..., **options)
     kattn.patch(model, mechanism=..., **options)
 """
 
 from . import attention as _attention  # noqa: F401  (registers the mechanisms)
-from . import features, functional
+from . import features, functional, positional
 from .attention.base import Attention
 from .nn import MultiheadAttention, patch
 from .registry import MechanismSpec, available, build, spec
@@ -27,5 +27,6 @@ __all__ = [
     "features",
     "functional",
     "patch",
+    "positional",
     "spec",
 ]

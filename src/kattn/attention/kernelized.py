@@ -1,7 +1,8 @@
 """Kernelized attention: any registered feature map φ with the linear-attention aggregator.
 
 ``z_i = φ(q_i)·Σ_j φ(k_j) v_jᵀ / φ(q_i)·Σ_j φ(k_j)`` (seed 000 eq. 3), non-causal in
-O(L·M·Dv), causal in chunkwise-parallel form, and recurrent with an O(M·Dv) state.
+O(L·M·Dv), causal in chunkwise-parallel form, and recurrent with an O(M·Dv) state; with a
+relative positional encoding (``rpe=``) each term is weighted by ``c_{j−i}`` (seed 000 eq. 8).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from torch import Tensor
 
 from .. import features as feature_maps
 from .. import functional as lin
+from .. import positional
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS
 from ..registry import keyword_parameters, register_mechanism
@@ -35,8 +37,13 @@ class KernelizedAttention(Attention):
         eps: guard of the normaliser, ``|den| >= eps`` in units where the query's largest
             feature and the largest key weight are 1. Default: 1e-30 for positive feature maps
             (only a zero normaliser is caught), 1e-6 for signed ones (identity, trf).
-        **feature_options: options of the feature map (e.g. ``num_features``, ``sampling``,
-            ``redraw`` for ``prf``/``trf``).
+        rpe: a relative positional encoding: a name from ``kattn.positional.available()``
+            (``"toeplitz"``, ``"bucketed"``, ``"decay"``, ``"toeplitz2d"``) or a module from
+            ``kattn.positional.build`` (share one module across layers by passing it to each).
+            The module is ``attn.rpe`` (None without one).
+        **options: options of the feature map (e.g. ``num_features``, ``sampling``, ``redraw``
+            for ``prf``/``trf``) and of the encoding (``rpe_method``, ``num_buckets``,
+            ``max_distance``, ``bidirectional``, ``decay_terms``, ``grid``).
     """
 
     supports_recurrent = True
@@ -53,9 +60,12 @@ class KernelizedAttention(Attention):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         block_size: int = DEFAULT_BLOCK_SIZE,
         eps: float | None = None,
-        **feature_options: Any,
+        rpe: str | positional.RelativePositionBias | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        self.rpe = _build_rpe(rpe, num_heads, max_len, options)
+        feature_options = options
         if not isinstance(feature_map, str):
             raise TypeError(
                 f"feature_map must be a registered name (str), got {type(feature_map).__name__}"
@@ -81,14 +91,51 @@ class KernelizedAttention(Attention):
         if eps is None:
             eps = POSITIVE_EPS if self.feature_map.positive else DEFAULT_EPS
         self.eps = float(eps)
+        self._set_capabilities(rpe=self.rpe)
+        self.limits_length = self.rpe is not None and self.rpe.needs_max_len
 
     @classmethod
     def option_names(cls, options: Mapping[str, Any]) -> list[str]:
         own = keyword_parameters(cls.__init__, exclude=("head_dim", "num_heads", "max_len"))
         name = options.get("feature_map", "elu")
         if isinstance(name, str) and name in feature_maps.available():
-            return own + feature_maps.option_names(name)
+            own = own + feature_maps.option_names(name)
+        rpe = options.get("rpe")
+        if isinstance(rpe, str) and rpe in positional.available():
+            own = own + list(_rpe_option_names(rpe))
         return own
+
+    @classmethod
+    def capabilities(cls, **options: Any) -> dict[str, bool]:
+        flags = super().capabilities(**options)
+        rpe = options.get("rpe")
+        if isinstance(rpe, str) and rpe in positional.available():
+            rpe = positional.get(rpe)
+        if rpe is not None and not isinstance(rpe, str):
+            flags["supports_recurrent"] = bool(rpe.supports_recurrent)
+            flags["supports_cross"] = bool(rpe.supports_cross)
+        return flags
+
+    def check_inputs(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+        check_length: bool = True,
+    ) -> None:
+        super().check_inputs(
+            q, k, v, causal=causal, key_padding_mask=key_padding_mask, check_length=check_length
+        )
+        if self.rpe is not None and check_length:
+            self.rpe.check_lengths(q.shape[2], k.shape[2])
+
+    def _why_not(self, capability: str) -> str:
+        if capability == "cross" and self.rpe is not None:
+            return f": its relative positional encoding ({type(self.rpe).__name__}) needs Lq == Lk"
+        return ""
 
     # ------------------------------------------------------------------------------ maths
     def features(self, x: Tensor) -> feature_maps.Features:
@@ -109,6 +156,18 @@ class KernelizedAttention(Attention):
         if self.training:
             self.feature_map.training_step()
         fk = self.features(k)
+        if self.rpe is not None:
+            return self.rpe.attend(
+                self.query_features(q),
+                fk.values,
+                v,
+                causal=causal,
+                k_log_scale=fk.log_scale,
+                key_padding_mask=key_padding_mask,
+                chunk_size=self.chunk_size,
+                block_size=self.block_size,
+                eps=self.eps,
+            )
         return lin.linear_attention(
             self.query_features(q),
             fk.values,
@@ -121,16 +180,26 @@ class KernelizedAttention(Attention):
             eps=self.eps,
         )
 
-    def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> lin.LinearState:
+    def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> Any:
+        num_features = self.feature_map.num_features
+        if self.rpe is not None:
+            return self.rpe.init_state(batch_size, num_features, device=device, dtype=dtype)
         # The value dim is unknown until the first step: an empty kv grows to (B, H, M, Dv) then.
         return lin.linear_attention_init_state(
-            batch_size, self.num_heads, self.feature_map.num_features, 0, device=device, dtype=dtype
+            batch_size, self.num_heads, num_features, 0, device=device, dtype=dtype
         )
 
-    def _step(
-        self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: lin.LinearState
-    ) -> tuple[Tensor, lin.LinearState]:
+    def _step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
         fk = self.features(k_t)
+        if self.rpe is not None:
+            return self.rpe.step(
+                self.query_features(q_t),
+                fk.values,
+                v_t,
+                state,
+                k_log_scale=fk.log_scale,
+                eps=self.eps,
+            )
         return lin.linear_attention_step(
             self.query_features(q_t), fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps
         )
@@ -146,12 +215,62 @@ class KernelizedAttention(Attention):
         )
 
 
+def _rpe_option_names(name: str) -> dict[str, str]:
+    """Options of encoding ``name`` as ``kernelized`` takes them → the encoding's own names."""
+    return {("rpe_method" if o == "method" else o): o for o in positional.option_names(name)}
+
+
+def _build_rpe(
+    rpe: str | positional.RelativePositionBias | None,
+    num_heads: int,
+    max_len: int | None,
+    options: dict[str, Any],
+) -> positional.RelativePositionBias | None:
+    """The encoding module; its options are taken out of ``options``."""
+    if rpe is None:
+        return None
+    if isinstance(rpe, positional.RelativePositionBias):
+        if rpe.num_heads != num_heads:
+            raise ValueError(
+                f"rpe was built for {rpe.num_heads} heads, this attention has {num_heads}"
+            )
+        return rpe
+    if not isinstance(rpe, str):
+        raise TypeError(
+            f"rpe must be None, a name from kattn.positional.available() or a "
+            f"RelativePositionBias module, got {type(rpe).__name__}"
+        )
+    names = _rpe_option_names(rpe) if rpe in positional.available() else {}
+    own = {names[o]: options.pop(o) for o in list(options) if o in names}
+    return positional.build(rpe, num_heads=num_heads, max_len=max_len, **own)
+
+
 register_mechanism(
     "kernelized",
     KernelizedAttention,
     summary="Kernelized attention with any feature map (feature_map=...); normalised q/k option.",
     reference="Katharopoulos et al., Transformers are RNNs, ICML 2020; Luo et al., NeurIPS 2021",
     complexity="O(L·M·Dv) time and memory; causal chunkwise O(L·C·(M+Dv)); O(M·Dv) per step",
+)
+register_mechanism(
+    "nprf_rpe",
+    KernelizedAttention,
+    defaults={"feature_map": "prf", "normalize_qk": True, "rpe": "toeplitz"},
+    summary="NPRF-Transformer with RPE: normalised q/k, positive random features, a learnable "
+    "relative bias per offset, computed by FFT.",
+    reference="Luo et al., Stable, Fast and Accurate: Kernelized Attention with Relative "
+    "Positional Encoding, NeurIPS 2021",
+    complexity="O(L log L·M·Dv) time, O(L·M·Dv) memory in bounded blocks; decoding O(t·(M+Dv))",
+)
+register_mechanism(
+    "prf_rpe",
+    KernelizedAttention,
+    defaults={"feature_map": "prf", "rpe": "toeplitz"},
+    summary="PRF kernelized attention with a learnable relative bias per offset, by FFT "
+    "(no q/k normalisation).",
+    reference="Luo et al., Stable, Fast and Accurate: Kernelized Attention with Relative "
+    "Positional Encoding, NeurIPS 2021",
+    complexity="O(L log L·M·Dv) time, O(L·M·Dv) memory in bounded blocks; decoding O(t·(M+Dv))",
 )
 register_mechanism(
     "linear",

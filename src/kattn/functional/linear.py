@@ -28,9 +28,9 @@ from .masks import allowed_keys
 from .numerics import (
     DEFAULT_EPS,
     accumulation_dtype,
-    exp_nonpositive,
     guard_normaliser,
     prepare_linear_inputs,
+    scaled_key_features,
 )
 
 
@@ -57,10 +57,7 @@ def linear_attention_parallel(
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
     """
     fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
-    if s is not None:
-        # One shift for all keys (it cancels in the ratio, so it carries no gradient);
-        # padded keys sit at the floor.
-        fk = fk * exp_nonpositive(s - s.detach().amax(dim=-1, keepdim=True))[..., None]
+    fk = scaled_key_features(fk, s)
     kv = fk.transpose(-1, -2) @ v32  # (B, H, M, Dv)
     num = fq @ kv  # (B, H, Lq, Dv)
     den = fq @ fk.sum(dim=2)[..., None]  # (B, H, Lq, 1)
@@ -123,14 +120,19 @@ def linear_attention_reference(
     *,
     causal: bool = False,
     key_padding_mask: Tensor | None = None,
+    coeff: Tensor | None = None,
     eps: float = DEFAULT_EPS,
 ) -> Tensor:
     """Slow, explicit linear attention: the ``(Lq, Lk)`` kernel matrix, masked, normalised.
 
-    Takes the plain features (``phi_k`` already includes any scale).
+    Takes the plain features (``phi_k`` already includes any scale). ``coeff``, broadcastable
+    to ``(B, H, Lq, Lk)``, multiplies the kernel entry-wise: the dense positional weights
+    ``C = [c_{j−i}]`` of relative positional encodings (``(C ⊙ φ(Q)φ(K)ᵀ) V``, normalised).
     """
     acc = accumulation_dtype(v.dtype)
     kernel = torch.einsum("bhim,bhjm->bhij", phi_q.to(acc), phi_k.to(acc))  # (B, H, Lq, Lk)
+    if coeff is not None:
+        kernel = kernel * coeff.to(acc)
     allowed = allowed_keys(
         phi_q.shape[2],
         phi_k.shape[2],

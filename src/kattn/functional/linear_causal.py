@@ -121,45 +121,87 @@ def linear_attention_prefill(
     Returns:
         The output ``(B, H, L, Dv)`` in the dtype of ``v`` and the state after the L tokens.
     """
+    fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
+    num, den, _, final = causal_linear_sums(
+        fq, fk, v32, s, state, chunk_size=chunk_size, block_size=block_size
+    )
+    return (num / guard_normaliser(den, eps)).to(v.dtype), final
+
+
+def causal_linear_sums(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    state: LinearState | None = None,
+    *,
+    log_decay: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+) -> tuple[Tensor, Tensor, Tensor | None, LinearState]:
+    """The unnormalised causal sums behind :func:`linear_attention_prefill`.
+
+    ``num_i = Σ_{j<=i} γ^(i−j) exp(s_j − r_i) (fq_i·fk_j) v_j`` and ``den_i`` the same without
+    ``v_j``, where ``r_i`` is the running maximum of the log-scales (including the state's) and
+    ``γ = exp(log_decay)`` (1 when None). Inputs are prepared already (accumulation dtype,
+    padded keys zeroed, their log-scales at the floor).
+
+    Args:
+        fq, fk: ``(B, H, L, M)``; v: ``(B, H, L, Dv)``; s: ``(B, H, L)`` or None.
+        state: the state before these tokens (fresh if None).
+        log_decay: ``log γ <= 0`` broadcastable to ``(B, H)``, or None for no decay.
+
+    Returns:
+        ``num (B, H, L, Dv)``, ``den (B, H, L, 1)``, the offsets ``r (B, H, L)`` (None without
+        log-scales) and the state after the L tokens.
+    """
     if chunk_size < 1 or block_size < 1:
         raise ValueError(
             f"chunk_size and block_size must be positive, got {chunk_size}, {block_size}"
         )
-    fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
     b, h, length, m = fq.shape
-    dv = v32.shape[-1]
+    dv = v.shape[-1]
     if state is None:
         state = linear_attention_init_state(b, h, m, dv, device=fq.device, dtype=fq.dtype)
     state = _checked_state(state, fk, dv)
     c = max(1, min(chunk_size, length))
     padded = -(-length // c) * c
     if padded != length:
-        fq, fk, v32 = (F.pad(x, (0, 0, 0, padded - length)) for x in (fq, fk, v32))
+        fq, fk, v = (F.pad(x, (0, 0, 0, padded - length)) for x in (fq, fk, v))
         if s is not None:
             s = F.pad(s, (0, padded - length), value=log_floor(s.dtype))
     n_flat = b * h
-    fq, fk, v32 = (x.reshape(n_flat, padded, x.shape[-1]) for x in (fq, fk, v32))
+    fq, fk, v = (x.reshape(n_flat, padded, x.shape[-1]) for x in (fq, fk, v))
     s = None if s is None else s.reshape(n_flat, padded)
+    g = None
+    if log_decay is not None:
+        g = log_decay.to(fq.dtype).expand(b, h).reshape(n_flat)
     kv, z, offset = (x.reshape(n_flat, *x.shape[2:]) for x in state)
     step = max(c, block_size // c * c)
-    outs = []
+    nums, dens, offsets = [], [], []
     for start in range(0, padded, step):
         part = slice(start, start + step)
-        out, kv, z, offset = _causal_block(
+        num, den, r, kv, z, offset = _causal_block(
             fq[:, part],
             fk[:, part],
-            v32[:, part],
+            v[:, part],
             None if s is None else s[:, part],
             kv,
             z,
             offset,
             c,
-            eps,
+            g,
         )
-        outs.append(out)
-    out = (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1))[:, :length]
+        nums.append(num)
+        dens.append(den)
+        offsets.append(r)
+    num, den = ((x[0] if len(x) == 1 else torch.cat(x, dim=1))[:, :length] for x in (nums, dens))
+    r_all = None
+    if s is not None:
+        r_all = (offsets[0] if len(offsets) == 1 else torch.cat(offsets, dim=1))[:, :length]
+        r_all = r_all.reshape(b, h, length)
     final = LinearState(kv.view(b, h, m, dv), z.view(b, h, m), offset.view(b, h))
-    return out.reshape(b, h, length, dv).to(v.dtype), final
+    return num.reshape(b, h, length, dv), den.reshape(b, h, length, 1), r_all, final
 
 
 def linear_attention_chunked(
@@ -196,12 +238,13 @@ def _causal_block(
     z: Tensor,
     offset: Tensor,
     c: int,
-    eps: float,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    g: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """T tokens (a multiple of C) after the state ``(kv, z, offset)``; N = B·H rows.
 
     fq, fk: ``(N, T, M)``; v: ``(N, T, Dv)``; s: ``(N, T)``; kv: ``(N, M, Dv)``; z: ``(N, M)``;
-    offset: ``(N,)``. Returns the output ``(N, T, Dv)`` and the state after the block.
+    offset: ``(N,)``; g: ``(N,)`` log-decays or None. Returns ``num (N, T, Dv)``,
+    ``den (N, T, 1)``, the per-query offsets ``r (N, T)`` and the state after the block.
     """
     n_flat, t, m = fq.shape
     dv = v.shape[-1]
@@ -211,6 +254,7 @@ def _causal_block(
     scores = torch.bmm(fq, fk.transpose(1, 2))  # (Nn, C, C)
     # (in-place updates below only touch tensors that no backward formula needs)
     if s is None:
+        r = None
         weights = scores.tril_()
         k_in = fk
         q_rescale = None
@@ -219,18 +263,32 @@ def _causal_block(
         # r_i, the key offset of query i: the running maximum of the log-scales up to i
         # (carried over from the state). It cancels in the ratio, so it carries no gradient.
         r = torch.maximum(torch.cummax(s.detach(), dim=1).values, offset[:, None])
-        r, s = r.reshape(n_flat * n, c), s.reshape(n_flat * n, c)
-        r_end = r[:, -1]  # (Nn,) the offset of each chunk's own sums
+        r_c, s = r.reshape(n_flat * n, c), s.reshape(n_flat * n, c)
+        r_end = r_c[:, -1]  # (Nn,) the offset of each chunk's own sums
         # weight exp(s_j − r_i) <= 1 for j <= i (future entries are zeroed after the product)
-        weights = scores.mul_(exp_nonpositive_(s[:, None, :] - r[:, :, None])).tril_()
+        weights = scores.mul_(exp_nonpositive_(s[:, None, :] - r_c[:, :, None])).tril_()
         k_in = fk * exp_nonpositive_(s - r_end[:, None])[..., None]
         offsets = torch.cat([offset[:, None], r_end.view(n_flat, n)], dim=1)  # (N, n+1)
-        q_rescale = exp_nonpositive_(offsets[:, :-1].reshape(-1, 1) - r)[..., None]
+        q_rescale = exp_nonpositive_(offsets[:, :-1].reshape(-1, 1) - r_c)[..., None]
+    # scan[c, e]: weight of the sums of entry e (incoming state, chunk 0, ...) in the state
+    # before chunk c (entry n: the state after the block)
+    scan = exp_nonpositive_(offsets[:, None, :] - offsets[:, :, None]).tril_()  # (N, n+1, n+1)
+    if g is not None:
+        # decay γ^(i−j): inside chunks, from each chunk's end, between chunk ends, to queries
+        pos = torch.arange(c, device=fq.device, dtype=fq.dtype)
+        lag = (pos[:, None] - pos[None, :]).clamp_min(0)
+        weights = (weights.view(n_flat, n, c, c) * _decay(g, lag)[:, None]).view(-1, c, c)
+        k_in = (k_in.view(n_flat, n, c, m) * _decay(g, c - 1 - pos)[:, None, :, None]).view(
+            -1, c, m
+        )
+        idx = torch.arange(n + 1, device=fq.device, dtype=fq.dtype)
+        scan = scan * _decay(g, (idx[:, None] - idx[None, :]).clamp_min(0) * c)
+        to_query = _decay(g, pos + 1)[:, None, :, None].expand(n_flat, n, c, 1).reshape(-1, c, 1)
+        q_rescale = to_query if q_rescale is None else q_rescale * to_query
     num = torch.bmm(weights, v)  # (Nn, C, Dv)
     den = weights.sum(dim=-1, keepdim=True)  # (Nn, C, 1)
     # sums of [incoming state, chunk 0, ..., chunk n−1], then inclusive prefix sums: entry c
     # is the state before chunk c (in offset offsets[c]); entry n the state after the block
-    scan = exp_nonpositive_(offsets[:, None, :] - offsets[:, :, None]).tril_()  # (N, n+1, n+1)
     chunk_kv = torch.bmm(k_in.transpose(1, 2), v).view(n_flat, n, m * dv)
     all_kv = torch.bmm(scan, torch.cat([kv.reshape(n_flat, 1, m * dv), chunk_kv], dim=1))
     all_z = torch.bmm(scan, torch.cat([z[:, None], k_in.sum(dim=1).view(n_flat, n, m)], dim=1))
@@ -241,9 +299,22 @@ def _causal_block(
     else:
         num = num.addcmul_(q_rescale, torch.bmm(fq, prefix_kv))
         den = den.addcmul_(q_rescale, torch.bmm(fq, prefix_z))
-    out = (num / guard_normaliser(den, eps)).view(n_flat, t, dv)
+    if r is None:
+        r = offsets.new_zeros(n_flat, t)
     # copies, so that the state does not keep the per-chunk sums of the block alive
-    return out, all_kv[:, n].reshape(n_flat, m, dv).clone(), all_z[:, n].clone(), offsets[:, n]
+    return (
+        num.view(n_flat, t, dv),
+        den.view(n_flat, t, 1),
+        r,
+        all_kv[:, n].reshape(n_flat, m, dv).clone(),
+        all_z[:, n].clone(),
+        offsets[:, n],
+    )
+
+
+def _decay(g: Tensor, lag: Tensor) -> Tensor:
+    """``γ^lag = exp(g·lag)`` for log-decays ``g (N,)`` and lags ``>= 0``: shape ``(N, *lag)``."""
+    return exp_nonpositive(g.view(-1, *([1] * lag.dim())) * lag)
 
 
 def linear_attention_step(
@@ -265,16 +336,30 @@ def linear_attention_step(
         The output ``(B, H, 1, Dv)`` and the state including this token.
     """
     fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, None)
-    kv, k_sum, offset = _checked_state(state, fk, v32.shape[-1])
-    fk, v32 = fk[:, :, 0], v32[:, :, 0]  # (B, H, M), (B, H, Dv)
+    num, den, state = causal_step_sums(fq, fk, v32, s, state)
+    return (num / guard_normaliser(den, eps)).to(v.dtype), state
+
+
+def causal_step_sums(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    state: LinearState,
+    *,
+    log_decay: Tensor | None = None,
+) -> tuple[Tensor, Tensor, LinearState]:
+    """The unnormalised sums of one step (see :func:`causal_linear_sums`), in the units of
+    the new state's offset: ``num (B, H, 1, Dv)``, ``den (B, H, 1, 1)``, the new state."""
+    kv, k_sum, offset = _checked_state(state, fk, v.shape[-1])
+    fk, v = fk[:, :, 0], v[:, :, 0]  # (B, H, M), (B, H, Dv)
     s_t = fk.new_zeros(fk.shape[:-1]) if s is None else s[:, :, 0]  # (B, H); no scale: 0
     new_offset = torch.maximum(offset, s_t.detach())
     decay = exp_nonpositive(offset - new_offset)[..., None]  # (B, H, 1)
+    if log_decay is not None:
+        decay = decay * exp_nonpositive(log_decay.to(fk.dtype).expand(offset.shape))[..., None]
     fk = fk * exp_nonpositive(s_t - new_offset)[..., None]
-    kv, k_sum, offset = kv * decay[..., None], k_sum * decay, new_offset
-    kv = kv + fk[..., :, None] * v32[..., None, :]
+    kv, k_sum = kv * decay[..., None], k_sum * decay
+    kv = kv + fk[..., :, None] * v[..., None, :]
     k_sum = k_sum + fk
-    num = fq @ kv  # (B, H, 1, Dv)
-    den = fq @ k_sum[..., None]  # (B, H, 1, 1)
-    out = (num / guard_normaliser(den, eps)).to(v.dtype)
-    return out, LinearState(kv, k_sum, offset)
+    return fq @ kv, fq @ k_sum[..., None], LinearState(kv, k_sum, new_offset)

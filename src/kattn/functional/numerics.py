@@ -66,3 +66,11 @@ def prepare_linear_inputs(
         if s is not None:
             s = s.masked_fill(pad, log_floor(acc))
     return fq, fk, v, s
+
+
+def scaled_key_features(fk: Tensor, s: Tensor | None) -> Tensor:
+    """``fk · exp(s − max s)``: one shift for all keys of a row (it cancels in the ratio, so
+    it carries no gradient); keys at the log-scale floor (padding) become 0."""
+    if s is None:
+        return fk
+    return fk * exp_nonpositive(s - s.detach().amax(dim=-1, keepdim=True))[..., None]

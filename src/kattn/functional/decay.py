@@ -1,0 +1,177 @@
+"""Kernelized attention with decaying relative positional weights, exact and in linear time.
+
+``c_{j−i} = Σ_r α_r γ_r^{|j−i|}`` (one set of ``α_r >= 0``, ``0 < γ_r < 1`` for the past
+``j <= i`` and one for the future ``j > i``). Each term is a decaying recurrence
+``S_i = γ S_{i−1} + φ(k_i) v_iᵀ``, so
+
+* causal attention is R decaying causal linear attentions, computed chunkwise in parallel
+  (:func:`~kattn.functional.linear_causal.causal_linear_sums` with ``log_decay``), and one
+  token costs O(R·M·Dv) whatever its position (:func:`decay_step`);
+* non-causal attention adds the future terms: the same on the reversed sequence, shifted by
+  one position (``j > i`` strictly).
+
+Every path equals :func:`~kattn.functional.linear.linear_attention_reference` with the dense
+coefficients :func:`decay_log_coefficients`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .linear_causal import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_CHUNK_SIZE,
+    LinearState,
+    causal_linear_sums,
+    causal_step_sums,
+    linear_attention_init_state,
+)
+from .numerics import DEFAULT_EPS, exp_nonpositive, guard_normaliser, log_floor
+from .numerics import prepare_linear_inputs as _prepare
+
+
+def decay_log_coefficients(log_alpha: Tensor, log_gamma: Tensor, lq: int, lk: int) -> Tensor:
+    """``log c`` over the offsets ``−(lq−1)…lk−1``: ``(H, lq + lk − 1)``.
+
+    Args:
+        log_alpha, log_gamma: ``(H, 2, R)``; side 0 holds the past terms (offsets <= 0),
+            side 1 the future terms (offsets > 0).
+    """
+    offsets = torch.arange(-(lq - 1), lk, device=log_alpha.device, dtype=log_alpha.dtype)
+    side = (offsets > 0).long()  # (K,)
+    terms = log_alpha[:, side] + offsets.abs()[None, :, None] * log_gamma[:, side]  # (H, K, R)
+    return torch.logsumexp(terms, dim=-1)
+
+
+def _repeat_terms(x: Tensor, r: int) -> Tensor:
+    """``(B, H, ...) → (B, H·R, ...)``, each head repeated for its R terms."""
+    b, h = x.shape[:2]
+    return x.unsqueeze(2).expand(b, h, r, *x.shape[2:]).reshape(b, h * r, *x.shape[2:])
+
+
+def decay_linear_attention(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_alpha: Tensor,
+    log_gamma: Tensor,
+    *,
+    causal: bool = False,
+    k_log_scale: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    eps: float = DEFAULT_EPS,
+) -> Tensor:
+    """Kernelized attention weighted by ``c_{j−i} = Σ_r α_r γ_r^{|j−i|}``, in O(L·R·M·Dv).
+
+    Args:
+        phi_q: ``(B, H, Lq, M)``; phi_k: ``(B, H, Lk, M)`` scaled by ``exp(k_log_scale)``;
+            v: ``(B, H, Lk, Dv)``.
+        log_alpha: ``(H, 2, R)`` log-weights; log_gamma: ``(H, 2, R)`` log-decays (< 0).
+            Side 0: the past (j <= i); side 1: the future (j > i, unused when causal).
+        causal, key_padding_mask, chunk_size, block_size, eps: as for linear attention.
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of ``v``.
+    """
+    fq, fk, v32, s = _prepare(phi_q, phi_k, v, k_log_scale, key_padding_mask)
+    b, h, lq, _ = fq.shape
+    lk = fk.shape[2]
+    r = log_alpha.shape[-1]
+    log_alpha, log_gamma = log_alpha.to(fq.dtype), log_gamma.to(fq.dtype)
+    if causal and lq != lk:
+        raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
+    length = max(lq, lk)  # the recurrences run over positions: pad the shorter side
+    if s is None:
+        s = fk.new_zeros(b, h, lk)
+    fq = F.pad(fq, (0, 0, 0, length - lq))
+    fk, v32 = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, v32))
+    s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
+    sides = [(fq, fk, v32, s)]
+    if not causal:
+        # future terms: the reversed sequence, keys shifted by one so that j > i strictly
+        back = [x.flip(2) for x in (fk, v32)]
+        back = [F.pad(x, (0, 0, 1, 0))[:, :, :length] for x in back]
+        s_back = F.pad(s.flip(2), (1, 0), value=log_floor(s.dtype))[:, :, :length]
+        sides.append((fq.flip(2), back[0], back[1], s_back))
+    n_sides = len(sides)
+    q_all, k_all, v_all, s_all = (
+        torch.cat([_repeat_terms(side[i], r) for side in sides], dim=1) for i in range(4)
+    )
+    decays = log_gamma[:, :n_sides].transpose(0, 1).reshape(1, -1)  # (1, sides·H·R)
+    num, den, offsets, _ = causal_linear_sums(
+        q_all,
+        k_all,
+        v_all,
+        s_all,
+        log_decay=decays,
+        chunk_size=chunk_size,
+        block_size=block_size,
+    )
+    assert offsets is not None
+    split = [x.view(b, n_sides, h, r, length, -1) for x in (num, den, offsets[..., None])]
+    if n_sides == 2:  # back to the original order
+        split = [torch.cat([x[:, :1], x[:, 1:].flip(4)], dim=1) for x in split]
+    num, den, offsets = split
+    # the future side's query i reads keys from i+1: one more decay step (γ) in its weight
+    log_weight = log_alpha[:, :n_sides] + F.pad(log_gamma[:, 1:n_sides], (0, 0, 1, 0))
+    top = offsets.amax(dim=(1, 3), keepdim=True)  # one offset per query for every term
+    w = exp_nonpositive(offsets - top) * log_weight.transpose(0, 1).exp()[None, ..., None, None]
+    num, den = ((x * w).sum(dim=(1, 3))[:, :, :lq] for x in (num, den))
+    return (num / guard_normaliser(den, eps)).to(v.dtype)
+
+
+def decay_init_state(
+    batch_size: int,
+    num_heads: int,
+    num_terms: int,
+    num_features: int,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> LinearState:
+    """The state before any token: one causal linear state per head and term."""
+    return linear_attention_init_state(
+        batch_size, num_heads * num_terms, num_features, 0, device=device, dtype=dtype
+    )
+
+
+def decay_step(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    state: LinearState,
+    log_alpha: Tensor,
+    log_gamma: Tensor,
+    *,
+    k_log_scale: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+) -> tuple[Tensor, LinearState]:
+    """One causal token, O(R·M·Dv) whatever the position: ``S_r ← γ_r S_r + φ(k) vᵀ``.
+
+    Args:
+        phi_q, phi_k: ``(B, H, 1, M)``; v: ``(B, H, 1, Dv)``; k_log_scale: ``(B, H, 1)``.
+        state: from :func:`decay_init_state` or the previous step.
+        log_alpha, log_gamma: ``(H, 2, R)``; only the past side (0) is used.
+    """
+    fq, fk, v32, s = _prepare(phi_q, phi_k, v, k_log_scale, None)
+    b, h = fq.shape[:2]
+    r = log_alpha.shape[-1]
+    if state.kv.shape[1] != h * r:
+        raise ValueError(
+            f"state holds {state.kv.shape[1]} rows, expected heads × terms = {h} × {r}"
+        )
+    num, den, state = causal_step_sums(
+        _repeat_terms(fq, r),
+        _repeat_terms(fk, r),
+        _repeat_terms(v32, r),
+        None if s is None else _repeat_terms(s, r),
+        state,
+        log_decay=log_gamma[:, 0].to(fq.dtype).reshape(1, h * r),
+    )
+    alpha = log_alpha[:, 0].to(fq.dtype).exp()[None, :, :, None, None]  # (1, H, R, 1, 1)
+    num, den = ((x.view(b, h, r, 1, -1) * alpha).sum(dim=2) for x in (num, den))
+    return (num / guard_normaliser(den, eps)).to(v.dtype), state

@@ -1,0 +1,230 @@
+"""Kernelized attention with a relative positional encoding, by FFT (Luo et al. 2021).
+
+``z_i = Σ_j c_{j−i} φ(q_i)·φ(k_j) v_j / Σ_j c_{j−i} φ(q_i)·φ(k_j)`` with ``c = exp(b)``.
+The matrix ``C = [c_{j−i}]`` is Toeplitz, so with ``A1_j = φ(k_j) ⊗ v_j`` and ``A2_j = φ(k_j)``
+the sums ``D1 = C·A1`` and ``D2 = C·A2`` cost O(L log L) per channel by FFT (Algorithm 1 of
+the paper), and ``z_i = φ(q_i)·D1_i / φ(q_i)·D2_i``.
+
+Coefficients are given as log-coefficients ``b`` over the offsets ``j − i`` from ``−(Lq−1)`` to
+``Lk−1`` (index ``j − i + Lq − 1``). Paths:
+
+* :func:`rpe_linear_attention_fft` — the FFT algorithm (non-causal, causal, padding,
+  cross-attention), in fp32 (fp64 stays fp64), with the ``M·(Dv+1)`` channels processed in
+  blocks of bounded size.
+* :func:`~kattn.functional.linear.linear_attention_reference` with ``coeff`` — the dense
+  ``C ⊙ (φ(Q)φ(K)ᵀ)`` form, O(Lq·Lk).
+
+The FFT mixes every position with every other in floating point, so each output carries an
+absolute round-off of about ``1e-7 × the largest coefficient × feature`` in fp32, whatever its
+own size. In causal mode that would let future keys leak into early positions, whose sums are
+small, at a relative level near 1e-4; so causal products run in fp64 by default (about 1.6×
+the fp32 time on CPU) and non-causal ones in fp32 (``fft_dtype`` chooses). The banded and
+decay paths (:mod:`kattn.functional.banded`, :mod:`kattn.functional.decay`) are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.utils.checkpoint
+from torch import Tensor
+
+from .numerics import (
+    DEFAULT_EPS,
+    guard_normaliser,
+    prepare_linear_inputs,
+    scaled_key_features,
+)
+
+#: default bound on the real elements of one block of FFT channels (2^24: 64 MiB in fp32).
+DEFAULT_MAX_BLOCK_ELEMENTS = 1 << 24
+
+
+def fft_length(n: int) -> int:
+    """The smallest ``2^a·3^b·5^c >= n``: lengths that FFT libraries transform fastest."""
+    best = 1 << max(0, (n - 1).bit_length())
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            size = p35
+            while size < n:
+                size *= 2
+            best = min(best, size)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
+def circulant_embedding(coeff: Tensor, lq: int, lk: int, n: int, dim: int = -1) -> Tensor:
+    """Place the coefficients of offsets ``−(lq−1)…lk−1`` along ``dim`` into a length-``n``
+    circulant kernel ``u`` with ``u[(i − j) mod n] = c_{j−i}`` (``n >= lq + lk − 1``)."""
+    dim = dim % coeff.dim()
+    if coeff.shape[dim] != lq + lk - 1:
+        raise ValueError(
+            f"coefficients must cover Lq + Lk − 1 = {lq + lk - 1} offsets along dim {dim}, "
+            f"got {coeff.shape[dim]}"
+        )
+    past = coeff.narrow(dim, 0, lq).flip(dim)  # offsets 0, −1, ..., −(lq−1) at u[0..lq−1]
+    future = coeff.narrow(dim, lq, lk - 1).flip(dim)  # offsets lk−1, ..., 1 at u[n−lk+1..n−1]
+    gap = list(coeff.shape)
+    gap[dim] = n - (lq + lk - 1)
+    return torch.cat([past, coeff.new_zeros(gap), future], dim=dim)
+
+
+def toeplitz_matmul(coeff: Tensor, x: Tensor, lq: int) -> Tensor:
+    """``y_i = Σ_j c_{j−i} x_j`` over the last dim by FFT.
+
+    Args:
+        coeff: ``(..., Lq + Lk − 1)`` coefficients of offsets ``−(Lq−1)…Lk−1``, broadcastable
+            against ``x`` in the leading dims.
+        x: ``(..., Lk)``, the sequence last.
+        lq: the output length.
+
+    Returns:
+        ``(..., Lq)``.
+    """
+    lk = x.shape[-1]
+    n = fft_length(lq + lk - 1)
+    spectrum = torch.fft.rfft(circulant_embedding(coeff, lq, lk, n), n=n)
+    return torch.fft.irfft(spectrum * torch.fft.rfft(x, n=n), n=n)[..., :lq]
+
+
+def toeplitz_dense(coeff: Tensor, lq: int, lk: int) -> Tensor:
+    """The ``(..., Lq, Lk)`` matrix ``[c_{j−i}]`` of coefficients ``(..., Lq + Lk − 1)``."""
+    i = torch.arange(lq, device=coeff.device)[:, None]
+    j = torch.arange(lk, device=coeff.device)[None, :]
+    return coeff[..., j - i + lq - 1]
+
+
+def shifted_coefficients(log_coeff: Tensor, lq: int, causal: bool) -> Tensor:
+    """``exp(b − max b)`` over the offsets in use (the shift cancels in the ratio), with the
+    future offsets ``j − i > 0`` zeroed in causal mode."""
+    if not causal:
+        return torch.exp(log_coeff - log_coeff.detach().amax(dim=-1, keepdim=True))
+    past = log_coeff.narrow(-1, 0, lq)  # offsets −(lq−1)…0; the rest is the future
+    coeff = torch.exp(past - past.detach().amax(dim=-1, keepdim=True))
+    return torch.cat([coeff, coeff.new_zeros(*coeff.shape[:-1], log_coeff.shape[-1] - lq)], -1)
+
+
+def in_fft_dtype(
+    fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, causal: bool, dtype: torch.dtype | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Cast the prepared inputs to the precision of the FFT products (see the module doc)."""
+    if dtype is None:
+        dtype = torch.float64 if causal else fq.dtype
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"fft_dtype must be torch.float32 or torch.float64, got {dtype}")
+    return fq.to(dtype), fk.to(dtype), v.to(dtype), None if s is None else s.to(dtype)
+
+
+def weighted_kernel_sums(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    apply: Callable[[Tensor, slice], Tensor],
+    *,
+    transform_size: int,
+    max_block_elements: int = DEFAULT_MAX_BLOCK_ELEMENTS,
+) -> tuple[Tensor, Tensor]:
+    """``num_i = fq_i·(T·(fk ⊗ v))_i`` and ``den_i = fq_i·(T·fk)_i`` for a linear operator ``T``
+    along the sequence, applied to channel blocks of bounded size.
+
+    Args:
+        fq: ``(N, Lq, M)``; fk: ``(N, Lk, M)`` (scaled, padding zeroed); v: ``(N, Lk, Dv)``.
+        apply: ``apply(x, rows)`` maps ``x (r, m, Dv+1, Lk)`` of the rows ``rows`` to
+            ``(r, m, Dv+1, Lq)``.
+        transform_size: real elements of the transform of one channel (to size blocks).
+        max_block_elements: bound on the elements of one block of channels.
+
+    Returns:
+        ``num (N, Lq, Dv)`` and ``den (N, Lq, 1)``.
+    """
+    n_rows, lk, m = fk.shape
+    dv = v.shape[-1]
+    v_ext = torch.cat([v, v.new_ones(n_rows, lk, 1)], dim=-1)  # the last channel gives D2
+    per_feature = (dv + 1) * transform_size  # real elements of one feature's transform
+    m_block = max(1, min(m, max_block_elements // max(1, per_feature)))
+    r_block = max(1, min(n_rows, max_block_elements // max(1, per_feature * m_block)))
+    checkpointed = torch.is_grad_enabled() and (r_block < n_rows or m_block < m)
+
+    def block(fq_b: Tensor, fk_b: Tensor, v_b: Tensor, rows: slice) -> Tensor:
+        x = fk_b.transpose(1, 2)[:, :, None, :] * v_b.transpose(1, 2)[:, None, :, :]
+        y = apply(x, rows)  # (r, m, Dv+1, Lq)
+        return torch.einsum("rim,rmei->rie", fq_b, y)
+
+    row_sums = []
+    for r0 in range(0, n_rows, r_block):
+        rows = slice(r0, r0 + r_block)
+        total: Tensor | None = None
+        for f0 in range(0, m, m_block):
+            feats = slice(f0, f0 + m_block)
+            args = (fq[rows, :, feats], fk[rows, :, feats], v_ext[rows], rows)
+            if checkpointed:
+                # recompute each block in backward instead of keeping every block's spectra
+                part = torch.utils.checkpoint.checkpoint(block, *args, use_reentrant=False)
+            else:
+                part = block(*args)
+            total = part if total is None else total + part
+        assert total is not None
+        row_sums.append(total)
+    sums = row_sums[0] if len(row_sums) == 1 else torch.cat(row_sums, dim=0)
+    return sums[..., :dv], sums[..., dv:]
+
+
+def rpe_linear_attention_fft(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_coeff: Tensor,
+    *,
+    causal: bool = False,
+    k_log_scale: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+    max_block_elements: int = DEFAULT_MAX_BLOCK_ELEMENTS,
+    fft_dtype: torch.dtype | None = None,
+) -> Tensor:
+    """Kernelized attention with Toeplitz RPE by FFT (Luo et al. Algorithm 1).
+
+    Args:
+        phi_q: ``(B, H, Lq, M)`` query features (a positive per-query factor cancels).
+        phi_k: ``(B, H, Lk, M)`` key features, scaled by ``exp(k_log_scale)`` if given.
+        v: ``(B, H, Lk, Dv)``.
+        log_coeff: ``(H, Lq + Lk − 1)`` log-coefficients ``b`` of offsets ``−(Lq−1)…Lk−1``.
+        causal: query i sees keys j <= i (needs Lq == Lk).
+        key_padding_mask: ``(B, Lk)`` bool, True marks keys that must not count.
+        eps: guard of the normaliser.
+        max_block_elements: bound on the elements of one block of FFT channels.
+        fft_dtype: precision of the products; default fp64 when causal, else the accumulation
+            dtype (fp32; fp64 for fp64 inputs).
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of ``v``.
+    """
+    fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
+    fq, fk, v32, s = in_fft_dtype(fq, fk, v32, s, causal, fft_dtype)
+    b, h, lq, m = fq.shape
+    lk = fk.shape[2]
+    if causal and lq != lk:
+        raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
+    coeff = shifted_coefficients(log_coeff.to(fq.dtype), lq, causal)  # (H, Lq+Lk−1)
+    n = fft_length(lq + lk - 1)
+    spectrum = torch.fft.rfft(circulant_embedding(coeff, lq, lk, n), n=n)  # (H, F)
+    spectrum = spectrum.expand(b, h, -1).reshape(b * h, 1, 1, -1)
+
+    def apply(x: Tensor, rows: slice) -> Tensor:
+        return torch.fft.irfft(spectrum[rows] * torch.fft.rfft(x, n=n), n=n)[..., :lq]
+
+    fk = scaled_key_features(fk, s)
+    num, den = weighted_kernel_sums(
+        fq.reshape(b * h, lq, m),
+        fk.reshape(b * h, lk, m),
+        v32.reshape(b * h, lk, -1),
+        apply,
+        transform_size=n,
+        max_block_elements=max_block_elements,
+    )
+    out = num / guard_normaliser(den, eps)
+    return out.reshape(b, h, lq, -1).to(v.dtype)

@@ -1,0 +1,144 @@
+"""The base class of relative positional encodings inside kernelized attention."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..functional.linear import linear_attention_reference
+from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
+from ..functional.numerics import DEFAULT_EPS, log_floor, prepare_linear_inputs
+from ..functional.numerics import scaled_key_features as _scaled
+from ..functional.toeplitz import toeplitz_dense
+
+
+class RelativePositionBias(nn.Module):
+    """Positional weights ``c_{j−i} = exp(b_{j−i}) > 0`` that multiply the kernel of kernelized
+    attention: ``z_i = Σ_j c_{j−i} φ(q_i)·φ(k_j) v_j / Σ_j c_{j−i} φ(q_i)·φ(k_j)``.
+
+    Subclasses define the log-coefficients ``b`` (:meth:`log_coefficients`, or
+    :meth:`dense_log` for 2-D grids) and the fast paths of their ``methods``; ``"dense"``, the
+    O(Lq·Lk) reference, is always available. Parameters are per head (``num_heads``). One
+    module may be shared by every layer of a model (pass the module as ``rpe=``).
+    """
+
+    #: ``init_state``/``step`` exist (decoding one token at a time).
+    supports_recurrent: bool = True
+    #: Lq != Lk is allowed.
+    supports_cross: bool = True
+    #: the parameters depend on ``max_len`` (longer sequences are refused).
+    needs_max_len: bool = False
+    #: computation paths; the first is the default.
+    methods: tuple[str, ...] = ("dense",)
+
+    def __init__(self, *, num_heads: int, max_len: int | None = None, method: str | None = None):
+        super().__init__()
+        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+            raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
+        if self.needs_max_len and (
+            isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1
+        ):
+            raise ValueError(
+                f"{type(self).__name__} needs max_len (a positive int: its parameters cover "
+                f"offsets up to max_len − 1), got {max_len!r}"
+            )
+        method = self.methods[0] if method is None else method
+        if method not in self.methods:
+            raise ValueError(f"method must be one of {self.methods}, got {method!r}")
+        self.num_heads = num_heads
+        self.max_len = max_len
+        self.method = method
+
+    # ------------------------------------------------------------------------- coefficients
+    def log_coefficients(self, lq: int, lk: int) -> Tensor:
+        """``(H, lq + lk − 1)`` log-coefficients ``b`` of the offsets ``−(lq−1)…lk−1``."""
+        raise NotImplementedError
+
+    def dense_log(self, lq: int, lk: int) -> Tensor:
+        """``(H, Lq, Lk)``: ``b_{j−i}`` for query i and key j."""
+        return toeplitz_dense(self.log_coefficients(lq, lk), lq, lk)
+
+    def dense(self, lq: int, lk: int, causal: bool = False) -> Tensor:
+        """The ``(H, Lq, Lk)`` matrix ``C = [exp(b_{j−i})]`` (zeros above the diagonal when
+        ``causal``), for plots and tests."""
+        self.check_lengths(lq, lk)
+        coeff = torch.exp(self.dense_log(lq, lk))
+        return coeff.tril() if causal else coeff
+
+    def check_lengths(self, lq: int, lk: int) -> None:
+        """Raise ``ValueError`` for lengths the encoding does not cover."""
+        if self.needs_max_len and self.max_len is not None and max(lq, lk) > self.max_len:
+            raise ValueError(
+                f"sequence length {max(lq, lk)} exceeds max_len={self.max_len} of the "
+                f"relative positional encoding"
+            )
+
+    # ---------------------------------------------------------------------------- attention
+    def attend(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        k_log_scale: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        eps: float = DEFAULT_EPS,
+    ) -> Tensor:
+        """Kernelized attention weighted by these positions (shapes as in
+        :func:`kattn.functional.linear_attention`), by ``self.method``."""
+        lq, lk = phi_q.shape[2], phi_k.shape[2]
+        self.check_lengths(lq, lk)
+        if self.method == "dense":
+            fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
+            log_c = self.dense_log(lq, lk).to(fq.dtype)
+            if causal:
+                future = torch.ones(lq, lk, dtype=torch.bool, device=fq.device).triu(1)
+                log_c = log_c.masked_fill(future, log_floor(fq.dtype))
+            coeff = torch.exp(log_c - log_c.detach().amax(dim=(-2, -1), keepdim=True))
+            out = linear_attention_reference(
+                fq, _scaled(fk, s), v32, causal=causal, key_padding_mask=key_padding_mask,
+                coeff=coeff, eps=eps,
+            )  # fmt: skip
+            return out.to(v.dtype)
+        return self._attend_fast(
+            phi_q,
+            phi_k,
+            v,
+            causal=causal,
+            k_log_scale=k_log_scale,
+            key_padding_mask=key_padding_mask,
+            chunk_size=chunk_size,
+            block_size=block_size,
+            eps=eps,
+        )
+
+    def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------------------- recurrent
+    def init_state(
+        self, batch_size: int, num_features: int, *, device: Any, dtype: torch.dtype
+    ) -> Any:
+        """The decoding state before any token."""
+        raise NotImplementedError(f"{type(self).__name__} has no recurrent form")
+
+    def step(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        state: Any,
+        *,
+        k_log_scale: Tensor | None = None,
+        eps: float = DEFAULT_EPS,
+    ) -> tuple[Tensor, Any]:
+        """One causal token: output ``(B, H, 1, Dv)`` and the new state."""
+        raise NotImplementedError(f"{type(self).__name__} has no recurrent form")
+
+    def extra_repr(self) -> str:
+        return f"num_heads={self.num_heads}, method={self.method!r}"

@@ -1,0 +1,137 @@
+"""Toeplitz relative positional encodings: one learnable scalar per offset (1-D) or per
+(Δrow, Δcol) on an image grid (2-D)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..functional.banded import BandedState, banded_init_state, banded_step
+from ..functional.numerics import DEFAULT_EPS
+from ..functional.toeplitz import rpe_linear_attention_fft
+from ..functional.toeplitz2d import (
+    future_offsets2d,
+    rpe2d_linear_attention_fft,
+    toeplitz2d_dense_log,
+)
+from .base import RelativePositionBias
+
+
+class ToeplitzBias(RelativePositionBias):
+    """``c_{j−i} = exp(b_{j−i})`` with one learnable ``b`` per head and offset (Luo et al.).
+
+    ``bias`` has shape ``(H, 2·max_len − 1)``; offset ``j − i`` is at index
+    ``j − i + max_len − 1``. Initialised to 0 (the attention starts as plain kernelized
+    attention).
+
+    Methods: ``"fft"`` (O(L log L·M·Dv), Algorithm 1) or ``"dense"`` (O(L²)). Decoding keeps
+    every past token (like a key/value cache: O(t·(M + Dv)) for token t), up to ``max_len``.
+    """
+
+    needs_max_len = True
+    methods = ("fft", "dense")
+
+    def __init__(self, *, num_heads: int, max_len: int | None = None, method: str | None = None):
+        super().__init__(num_heads=num_heads, max_len=max_len, method=method)
+        assert self.max_len is not None
+        self.bias = nn.Parameter(torch.zeros(num_heads, 2 * self.max_len - 1))
+
+    def log_coefficients(self, lq: int, lk: int) -> Tensor:
+        self.check_lengths(lq, lk)
+        assert self.max_len is not None
+        zero = self.max_len - 1
+        return self.bias[:, zero - (lq - 1) : zero + lk]
+
+    def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
+        for unused in ("chunk_size", "block_size"):
+            kwargs.pop(unused)
+        lq, lk = phi_q.shape[2], phi_k.shape[2]
+        return rpe_linear_attention_fft(phi_q, phi_k, v, self.log_coefficients(lq, lk), **kwargs)
+
+    def init_state(
+        self, batch_size: int, num_features: int, *, device: Any, dtype: torch.dtype
+    ) -> BandedState:
+        return banded_init_state(
+            batch_size, self.num_heads, num_features, device=device, dtype=dtype
+        )
+
+    def step(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        state: BandedState,
+        *,
+        k_log_scale: Tensor | None = None,
+        eps: float = DEFAULT_EPS,
+    ) -> tuple[Tensor, BandedState]:
+        assert self.max_len is not None
+        if isinstance(state, BandedState) and state.keys.shape[2] >= self.max_len:
+            raise ValueError(
+                f"position {state.keys.shape[2]} is beyond max_len={self.max_len} of the "
+                f"relative positional encoding"
+            )
+        # a window of max_len tokens: every past token keeps its own coefficient
+        past = self.bias[:, : self.max_len]  # offsets −(max_len−1)…0
+        log_coeff = torch.cat([past[:, :1], past, past[:, -1:]], dim=1)  # −max_len…1
+        return banded_step(
+            phi_q, phi_k, v, state, log_coeff, self.max_len, k_log_scale=k_log_scale, eps=eps
+        )
+
+
+class Toeplitz2dBias(RelativePositionBias):
+    """2-D relative bias on an ``h×w`` grid of tokens (row-major): ``exp(b[Δrow, Δcol])``.
+
+    ``bias`` has shape ``(H, 2h − 1, 2w − 1)``, entry ``[Δrow + h − 1, Δcol + w − 1]``,
+    initialised to 0. Sequences must have ``h·w`` tokens (no cross-attention). Methods:
+    ``"fft"`` (2-D FFT) or ``"dense"``. Causal order is row-major; no recurrent form.
+    """
+
+    supports_recurrent = False
+    supports_cross = False
+    methods = ("fft", "dense")
+
+    def __init__(
+        self,
+        *,
+        num_heads: int,
+        grid: tuple[int, int] | None = None,
+        max_len: int | None = None,
+        method: str | None = None,
+    ):
+        super().__init__(num_heads=num_heads, max_len=max_len, method=method)
+        if (
+            grid is None
+            or len(tuple(grid)) != 2
+            or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in grid)
+        ):
+            raise ValueError(f"toeplitz2d needs grid=(h, w), two positive ints; got {grid!r}")
+        self.grid = (int(grid[0]), int(grid[1]))
+        h, w = self.grid
+        self.bias = nn.Parameter(torch.zeros(num_heads, 2 * h - 1, 2 * w - 1))
+
+    def check_lengths(self, lq: int, lk: int) -> None:
+        h, w = self.grid
+        if lq != h * w or lk != h * w:
+            raise ValueError(
+                f"2-D relative positions on grid {self.grid} need Lq = Lk = {h * w}, "
+                f"got Lq={lq}, Lk={lk}"
+            )
+
+    def dense_log(self, lq: int, lk: int) -> Tensor:
+        self.check_lengths(lq, lk)
+        return toeplitz2d_dense_log(self.bias, self.grid)
+
+    def future_offsets(self) -> Tensor:
+        """``(2h−1, 2w−1)`` bool: the offsets that causal attention zeroes."""
+        return future_offsets2d(self.grid, self.bias.device)
+
+    def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
+        for unused in ("chunk_size", "block_size"):
+            kwargs.pop(unused)
+        return rpe2d_linear_attention_fft(phi_q, phi_k, v, self.bias, self.grid, **kwargs)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, grid={self.grid}"
