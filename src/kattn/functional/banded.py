@@ -61,17 +61,67 @@ def _band_matrix(coeff: Tensor, left: int, chunk: int, span: int, first: int) ->
     return coeff[:, (x - first - p).clamp(-left, right) + left]
 
 
-def _windows(
-    x: Tensor, before: int, chunk: int, span: int, n_chunks: int, value: float = 0.0
+#: bound on the elements of the (chunks, C, span) score temporaries of one block of chunks
+_BAND_BLOCK_ELEMENTS = 1 << 18
+
+
+def _window_sums(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    band: Tensor,
+    before: int,
+    *,
+    s: Tensor | None = None,
+    r: Tensor | None = None,
+    far: Tensor | None = None,
 ) -> Tensor:
-    """``(N, L, ·)`` or ``(N, L)`` → windows ``(N, n, span, ·)``: window t holds positions
-    ``t·C − before … t·C − before + span − 1`` (outside the sequence: ``value``)."""
-    total = (n_chunks - 1) * chunk + span
-    pad = (before, total - before - x.shape[1])
-    if x.dim() == 3:
-        x = F.pad(x, (0, 0, *pad), value=value).unfold(1, span, chunk)  # (N, n, ·, span)
-        return x.transpose(-1, -2)
-    return F.pad(x, pad, value=value).unfold(1, span, chunk)
+    """``Σ_x band[p, x] (fq_p·fk_x) [exp(s_x − r_p)] v_x`` over the window of each query chunk
+    (plus ``fq_p·far_t`` when a far-field sum ``far`` is given).
+
+    Window t holds the keys ``t·C − before … t·C − before + span − 1`` (zeros outside the
+    sequence). Chunks are processed in blocks so that the score temporaries stay small.
+
+    Args:
+        fq: ``(B, H, n·C, M)``; fk: ``(B, H, Lk, M)``; v: ``(B, H, Lk, E)``.
+        band: ``(H, C, span)`` coefficients.
+        s: ``(B, H, Lk)`` key log-scales and r: ``(B, H, n·C)`` query offsets, or None.
+        far: ``(B, H, n, M, E)`` or None.
+
+    Returns:
+        ``(B, H, n·C, E)``.
+    """
+    b, h, lq, _ = fq.shape
+    c, span = band.shape[1:]
+    n = lq // c
+    total = (n - 1) * c + span
+    pad = (before, max(0, total - before - fk.shape[2]))
+    if pad != (0, 0):
+        fk, v = F.pad(fk, (0, 0, *pad)), F.pad(v, (0, 0, *pad))
+        if s is not None:
+            s = F.pad(s, pad, value=log_floor(s.dtype))
+    grad = torch.is_grad_enabled()
+    per_block = max(1, _BAND_BLOCK_ELEMENTS // (b * h * c * span))
+    outs = []
+    for t0 in range(0, n, per_block):
+        t1 = min(n, t0 + per_block)
+        keys = slice(t0 * c, (t1 - 1) * c + span)
+        fk_w = fk[:, :, keys].unfold(2, span, c)  # (B, H, nb, M, span)
+        v_w = v[:, :, keys].unfold(2, span, c).transpose(-1, -2)  # (B, H, nb, span, E)
+        scores = fq[:, :, t0 * c : t1 * c].unflatten(2, (t1 - t0, c)) @ fk_w  # (B,H,nb,C,span)
+        if s is not None and r is not None:
+            s_w = s[:, :, keys].unfold(2, span, c)  # (B, H, nb, span)
+            r_b = r[:, :, t0 * c : t1 * c].unflatten(2, (t1 - t0, c))  # (B, H, nb, C)
+            weight = exp_nonpositive(s_w[..., None, :] - r_b[..., None])
+            scores = scores * weight if grad else scores.mul_(weight)
+        weight = band[:, None]  # (H, 1, C, span)
+        scores = scores * weight if grad else scores.mul_(weight)
+        out = scores @ v_w  # (B, H, nb, C, E)
+        if far is not None:
+            q_b = fq[:, :, t0 * c : t1 * c].unflatten(2, (t1 - t0, c))
+            out = out + q_b @ far[:, :, t0:t1] if grad else out.add_(q_b @ far[:, :, t0:t1])
+        outs.append(out.flatten(2, 3))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
 def banded_linear_attention(
@@ -137,30 +187,28 @@ def _bidirectional_banded(
     lk, dv = fk.shape[2], v.shape[-1]
     right = log_coeff.shape[-1] - 1 - left
     coeff = torch.exp(log_coeff - log_coeff.detach().amax(dim=-1, keepdim=True))  # (H, K)
-    fk = scaled_key_features(fk, s).reshape(b * h, lk, m)
-    v_ext = torch.cat([v, v.new_ones(b, h, lk, 1)], dim=-1).reshape(b * h, lk, dv + 1)
-    fq = F.pad(fq.reshape(b * h, lq, m), (0, 0, 0, n * c - lq)).view(b * h, n, c, m)
-    # window of chunk t: keys t·C − (left−1) ... , a whole number k of key chunks
+    # window of chunk t: keys t·C − (left−1) ... , a whole number k of key chunks; in padded
+    # coordinates (``before`` zeros first) it is key chunks t … t+k−1
     before = left - 1
     k = -(-(c + left + right - 2) // c)
-    span = k * c
-    # far field: key chunks entirely left (right) of the window, by prefix (suffix) sums
     n_keys = max(n + k - 1, -(-(lk + before) // c))
-    fk_chunks = F.pad(fk, (0, 0, before, n_keys * c - lk - before)).view(b * h, n_keys, c, m)
-    v_chunks = F.pad(v_ext, (0, 0, before, n_keys * c - lk - before)).view(b * h, n_keys, c, -1)
-    chunk_sums = torch.einsum("ntcm,ntce->ntme", fk_chunks, v_chunks)  # (N, n_keys, M, Dv+1)
-    prefix = F.pad(chunk_sums.cumsum(dim=1), (0, 0, 0, 0, 1, 0))[:, :n]  # chunks < t
-    suffix = F.pad(chunk_sums.flip(1).cumsum(dim=1).flip(1), (0, 0, 0, 0, 0, 1))  # chunks >= u
-    c_left, c_right = coeff[:, 0], coeff[:, -1]  # (H,)
-    far = prefix.view(b, h, n, m, dv + 1) * c_left[:, None, None, None]
-    far = far + suffix[:, k : k + n].view(b, h, n, m, dv + 1) * c_right[:, None, None, None]
-    sums = fq @ far.view(b * h, n, m, dv + 1)  # (N, n, C, Dv+1)
-    # the band: every key of the window with its exact coefficient
-    fk_win = _windows(fk, before, c, span, n)  # (N, n, span, M)
-    v_win = _windows(v_ext, before, c, span, n)  # (N, n, span, Dv+1)
-    band = _band_matrix(coeff, left, c, span, before)  # (H, C, span)
-    scores = (fq @ fk_win.transpose(-1, -2)).view(b, h, n, c, span) * band[None, :, None]
-    sums = sums + scores.view(b * h, n, c, span) @ v_win
+    keys = slice(before, before + lk)
+    fk_pad = fk.new_zeros(b, h, n_keys * c, m)
+    fk_pad[:, :, keys] = scaled_key_features(fk, s)
+    v_pad = v.new_zeros(b, h, n_keys * c, dv + 1)  # [v, 1]: the last column sums the weights
+    v_pad[:, :, keys, :dv] = v
+    v_pad[:, :, keys, dv] = 1.0
+    # far field: key chunks entirely left (right) of the window, by prefix (suffix) sums
+    chunk_sums = fk_pad.unflatten(2, (n_keys, c)).transpose(-1, -2) @ v_pad.unflatten(
+        2, (n_keys, c)
+    )  # (B, H, n_keys, M, Dv+1)
+    prefix = F.pad(chunk_sums.cumsum(dim=2), (0, 0, 0, 0, 1, 0))[:, :, :n]  # chunks < t
+    suffix = chunk_sums.flip(2).cumsum(dim=2).flip(2)[:, :, k : k + n]  # chunks >= t + k
+    suffix = F.pad(suffix, (0, 0, 0, 0, 0, n - suffix.shape[2]))
+    far = prefix * coeff[:, 0, None, None, None] + suffix * coeff[:, -1, None, None, None]
+    band = _band_matrix(coeff, left, c, k * c, before)  # (H, C, span): the exact band
+    fq = F.pad(fq, (0, 0, 0, n * c - lq))
+    sums = _window_sums(fq, fk_pad, v_pad, band, 0, far=far)
     return sums[..., :dv], sums[..., dv:]
 
 
@@ -175,7 +223,7 @@ def _causal_banded(
     n: int,
     block_size: int,
 ) -> tuple[Tensor, Tensor]:
-    b, h, lq, m = fq.shape
+    b, h, lq, _ = fq.shape
     dv = v.shape[-1]
     past = log_coeff[:, : left + 1]  # offsets −left…0
     coeff = torch.exp(past - past.detach().amax(dim=-1, keepdim=True))  # (H, left+1)
@@ -186,20 +234,19 @@ def _causal_banded(
     # ... plus (c_{j−i} − c_L) on the band −(left−1) <= j − i <= 0, in the same offsets r_i
     before = left - 1
     span = c + before
-    n_flat = b * h
     band = F.pad(coeff - coeff[:, :1], (0, 1))  # offsets −left…1; offset 1 (future) → 0
     band = _band_matrix(band, left, c, span, before)  # (H, C, span)
-    fq_c = F.pad(fq.reshape(n_flat, lq, m), (0, 0, 0, n * c - lq)).view(n_flat, n, c, m)
-    v_ext = torch.cat([v, v.new_ones(b, h, lq, 1)], dim=-1).reshape(n_flat, lq, dv + 1)
-    fk_win = _windows(fk.reshape(n_flat, lq, m), before, c, span, n)  # (N, n, span, M)
-    v_win = _windows(v_ext, before, c, span, n)  # (N, n, span, Dv+1)
-    scores = fq_c @ fk_win.transpose(-1, -2)  # (N, n, C, span)
-    if s is not None and r is not None:
-        s_win = _windows(s.reshape(n_flat, lq), before, c, span, n, log_floor(s.dtype))
-        r_c = F.pad(r.reshape(n_flat, lq), (0, n * c - lq)).view(n_flat, n, c)
-        scores = scores * exp_nonpositive(s_win[:, :, None, :] - r_c[..., None])
-    scores = scores.view(b, h, n, c, span) * band[None, :, None]
-    sums = (scores.view(n_flat, n, c, span) @ v_win).view(b, h, n * c, dv + 1)[:, :, :lq]
+    v_ext = torch.cat([v, v.new_ones(b, h, lq, 1)], dim=-1)
+    padded = (0, n * c - lq)
+    sums = _window_sums(
+        F.pad(fq, (0, 0, *padded)),
+        fk,
+        v_ext,
+        band,
+        before,
+        s=s,
+        r=None if r is None else F.pad(r, padded),
+    )[:, :, :lq]
     return num + sums[..., :dv], den + sums[..., dv:]
 
 
