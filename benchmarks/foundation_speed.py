@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import kattn
-from kattn.bench import machine_info, measure_time, peak_memory_bytes
+from kattn.bench import interleaved_rounds, machine_info, peak_memory_bytes
 from kattn.functional import linear_attention_cumsum, linear_attention_reference
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -95,18 +94,8 @@ def main() -> None:
         correctness = check_correctness(attn)
         q, k, v = inputs(args.length)
         fns = candidates(attn, q, k, v)
-        single = {name: measure_time(fn, repeats=1, warmup=1).median for name, fn in fns.items()}
-        repeats = {name: max(3, min(50, round(args.seconds / s))) for name, s in single.items()}
-        rounds: dict[str, list[float]] = {name: [] for name in fns}
-        for r in range(args.rounds):
-            for name, fn in fns.items():
-                rounds[name].append(measure_time(fn, repeats=repeats[name], warmup=1).median)
-            print(
-                f"round {r + 1}/{args.rounds}: "
-                + ", ".join(f"{n} {rounds[n][-1] * 1e3:.1f} ms" for n in fns),
-                flush=True,
-            )
-        seconds = {name: statistics.median(times) for name, times in rounds.items()}
+        timed = interleaved_rounds(fns, rounds=args.rounds, seconds=args.seconds)
+        seconds, rounds, repeats = timed.seconds, timed.round_seconds, timed.repeats
         pairs = {
             "causal: performer vs softmax": ("softmax causal", "performer causal"),
             "causal: performer vs cumsum formulation": ("cumsum causal", "performer causal"),

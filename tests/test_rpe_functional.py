@@ -57,7 +57,8 @@ def reference(fq, fk, v, s, coeff, *, causal, mask):
 def check(fast, ref, *tensors):
     assert_close(fast, ref)
     for a, b in zip(grads(fast, *tensors), grads(ref, *tensors), strict=True):
-        assert_close(a, b)
+        # FFT round-off is relative to the largest entry, not to each one
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10 * max(1.0, float(b.abs().max())))
 
 
 CASES = [  # (Lq, Lk, causal)

@@ -1,13 +1,22 @@
 """Benchmarks and comparisons: timing, memory, approximation error against exact softmax."""
 
 from .compare import ComparisonRow, compare_mechanisms, format_table
-from .timing import Timing, machine_info, measure_time, peak_memory_bytes
+from .timing import (
+    Rounds,
+    Timing,
+    interleaved_rounds,
+    machine_info,
+    measure_time,
+    peak_memory_bytes,
+)
 
 __all__ = [
     "ComparisonRow",
+    "Rounds",
     "Timing",
     "compare_mechanisms",
     "format_table",
+    "interleaved_rounds",
     "machine_info",
     "measure_time",
     "peak_memory_bytes",

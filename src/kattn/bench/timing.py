@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -115,3 +115,36 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+class Rounds(NamedTuple):
+    """Result of :func:`interleaved_rounds`: per-candidate medians and per-round medians."""
+
+    seconds: dict[str, float]
+    round_seconds: dict[str, list[float]]
+    repeats: dict[str, int]
+
+
+def interleaved_rounds(
+    fns: dict[str, Callable[[], Any]],
+    *,
+    rounds: int = 7,
+    seconds: float = 0.5,
+    log: Callable[[str], None] | None = print,
+) -> Rounds:
+    """Time every candidate in ``rounds`` interleaved rounds (each warmed up, then about
+    ``seconds`` of calls, at least 3); report the median of the round medians. Interleaving
+    spreads the noise of a shared machine evenly over the candidates."""
+    single = {name: measure_time(fn, repeats=1, warmup=1).median for name, fn in fns.items()}
+    repeats = {name: max(3, min(50, round(seconds / max(s, 1e-9)))) for name, s in single.items()}
+    per_round: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(rounds):
+        for name, fn in fns.items():
+            per_round[name].append(measure_time(fn, repeats=repeats[name], warmup=1).median)
+        if log is not None:
+            log(
+                f"round {r + 1}/{rounds}: "
+                + ", ".join(f"{n} {per_round[n][-1] * 1e3:.1f} ms" for n in fns)
+            )
+    medians = {name: statistics.median(times) for name, times in per_round.items()}
+    return Rounds(medians, per_round, repeats)

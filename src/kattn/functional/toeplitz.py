@@ -108,6 +108,11 @@ def shifted_coefficients(log_coeff: Tensor, lq: int, causal: bool) -> Tensor:
     return torch.cat([coeff, coeff.new_zeros(*coeff.shape[:-1], log_coeff.shape[-1] - lq)], -1)
 
 
+def spectral_product(x: Tensor, spectrum: Tensor) -> Tensor:
+    """``x · spectrum``, in place when no gradient is recorded (x is a fresh temporary)."""
+    return x * spectrum if torch.is_grad_enabled() else x.mul_(spectrum)
+
+
 def in_fft_dtype(
     fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, causal: bool, dtype: torch.dtype | None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
@@ -152,7 +157,9 @@ def weighted_kernel_sums(
     def block(fq_b: Tensor, fk_b: Tensor, v_b: Tensor, rows: slice) -> Tensor:
         x = fk_b.transpose(1, 2)[:, :, None, :] * v_b.transpose(1, 2)[:, None, :, :]
         y = apply(x, rows)  # (r, m, Dv+1, Lq)
-        return torch.einsum("rim,rmei->rie", fq_b, y)
+        # Σ_m fq[r, i, m] y[r, m, e, i]: a broadcast product and a sum (an einsum here
+        # would copy y query by query)
+        return (y * fq_b.transpose(1, 2)[:, :, None, :]).sum(dim=1).transpose(1, 2)
 
     row_sums = []
     for r0 in range(0, n_rows, r_block):
@@ -215,7 +222,9 @@ def rpe_linear_attention_fft(
     spectrum = spectrum.expand(b, h, -1).reshape(b * h, 1, 1, -1)
 
     def apply(x: Tensor, rows: slice) -> Tensor:
-        return torch.fft.irfft(spectrum[rows] * torch.fft.rfft(x, n=n), n=n)[..., :lq]
+        return torch.fft.irfft(spectral_product(torch.fft.rfft(x, n=n), spectrum[rows]), n=n)[
+            ..., :lq
+        ]
 
     fk = scaled_key_features(fk, s)
     num, den = weighted_kernel_sums(

@@ -19,6 +19,7 @@ from .toeplitz import (
     circulant_embedding,
     fft_length,
     in_fft_dtype,
+    spectral_product,
     weighted_kernel_sums,
 )
 
@@ -88,7 +89,9 @@ def rpe2d_linear_attention_fft(
 
     def apply(x: Tensor, rows: slice) -> Tensor:
         grid_x = x.reshape(*x.shape[:-1], h, w)
-        y = torch.fft.irfft2(spectrum[rows] * torch.fft.rfft2(grid_x, s=(nh, nw)), s=(nh, nw))
+        y = torch.fft.irfft2(
+            spectral_product(torch.fft.rfft2(grid_x, s=(nh, nw)), spectrum[rows]), s=(nh, nw)
+        )
         return y[..., :h, :w].reshape(x.shape)
 
     fk = scaled_key_features(fk, s)
