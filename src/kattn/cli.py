@@ -1,4 +1,4 @@
-"""The ``kattn`` command: ``kattn list``, ``kattn demo``."""
+"""The ``kattn`` command: ``kattn list``, ``kattn demo``, ``kattn bench approx``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import torch
 
 from . import __version__, features
+from .bench.commands import add_bench_parser
 from .bench.compare import compare_mechanisms, format_table
 from .bench.timing import machine_info
 from .registry import CAPABILITY_FLAGS, available, spec
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mechanisms", default="", help="comma-separated names (default: all)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.set_defaults(func=cmd_demo)
+    add_bench_parser(sub)
     return parser
 
 

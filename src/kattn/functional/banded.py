@@ -162,11 +162,15 @@ def banded_linear_attention(
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
     log_coeff = log_coeff.to(fq.dtype)
     c = max(1, min(chunk_size, lq))
-    n = -(-lq // c)
     if causal:
-        num, den = _causal_banded(fq, fk, v32, s, log_coeff, left, c, n, block_size)
+        num, den = _causal_banded(fq, fk, v32, s, log_coeff, left, c, -(-lq // c), block_size)
     else:
-        num, den = _bidirectional_banded(fq, fk, v32, s, log_coeff, left, c, n)
+        # query chunks C with C + left + right − 2 = k·C − (slack): the window of each chunk is
+        # k whole chunks; pick C near chunk_size that wastes the least of the window
+        reach = left + right - 2
+        k = max(2, -(-reach // c) + 1)
+        c = max(1, min(lq, -(-reach // (k - 1)) if reach else c))
+        num, den = _bidirectional_banded(fq, fk, v32, s, log_coeff, left, c, -(-lq // c))
     out = num.reshape(b, h, -1, dv)[:, :, :lq] / guard_normaliser(
         den.reshape(b, h, -1, 1)[:, :, :lq], eps
     )
@@ -183,7 +187,7 @@ def _bidirectional_banded(
     c: int,
     n: int,
 ) -> tuple[Tensor, Tensor]:
-    b, h, lq, m = fq.shape
+    _, _, lq, m = fq.shape
     lk, dv = fk.shape[2], v.shape[-1]
     right = log_coeff.shape[-1] - 1 - left
     coeff = torch.exp(log_coeff - log_coeff.detach().amax(dim=-1, keepdim=True))  # (H, K)
@@ -193,23 +197,55 @@ def _bidirectional_banded(
     k = -(-(c + left + right - 2) // c)
     n_keys = max(n + k - 1, -(-(lk + before) // c))
     keys = slice(before, before + lk)
-    fk_pad = fk.new_zeros(b, h, n_keys * c, m)
-    fk_pad[:, :, keys] = scaled_key_features(fk, s)
-    v_pad = v.new_zeros(b, h, n_keys * c, dv + 1)  # [v, 1]: the last column sums the weights
-    v_pad[:, :, keys, :dv] = v
-    v_pad[:, :, keys, dv] = 1.0
+    fk_pad = _zero_padded(scaled_key_features(fk, s), keys, n_keys * c)
+    v_pad = _zero_padded(v, keys, n_keys * c, extra_column=True)  # [v, 1]: sums the weights
     # far field: key chunks entirely left (right) of the window, by prefix (suffix) sums
     chunk_sums = fk_pad.unflatten(2, (n_keys, c)).transpose(-1, -2) @ v_pad.unflatten(
         2, (n_keys, c)
     )  # (B, H, n_keys, M, Dv+1)
-    prefix = F.pad(chunk_sums.cumsum(dim=2), (0, 0, 0, 0, 1, 0))[:, :, :n]  # chunks < t
-    suffix = chunk_sums.flip(2).cumsum(dim=2).flip(2)[:, :, k : k + n]  # chunks >= t + k
-    suffix = F.pad(suffix, (0, 0, 0, 0, 0, n - suffix.shape[2]))
+    prefix, suffix = _prefix_and_suffix_sums(chunk_sums.flatten(3))  # chunks < t, chunks >= t
+    prefix = prefix[:, :, :n].unflatten(3, (m, dv + 1))
+    suffix = F.pad(suffix[:, :, k : k + n], (0, 0, 0, max(0, n - (n_keys - k))))
+    suffix = suffix.unflatten(3, (m, dv + 1))
     far = prefix * coeff[:, 0, None, None, None] + suffix * coeff[:, -1, None, None, None]
     band = _band_matrix(coeff, left, c, k * c, before)  # (H, C, span): the exact band
     fq = F.pad(fq, (0, 0, 0, n * c - lq))
     sums = _window_sums(fq, fk_pad, v_pad, band, 0, far=far)
     return sums[..., :dv], sums[..., dv:]
+
+
+def _zero_padded(x: Tensor, keys: slice, length: int, extra_column: bool = False) -> Tensor:
+    """``x (B, H, L, F)`` at positions ``keys`` of a zero tensor of ``length`` positions (and a
+    column of ones after the last feature when ``extra_column``); only the padding is
+    zero-filled."""
+    b, h, _, f = x.shape
+    out = x.new_empty(b, h, length, f + int(extra_column))
+    out[:, :, : keys.start].zero_()
+    out[:, :, keys.stop :].zero_()
+    out[:, :, keys, :f] = x
+    if extra_column:
+        out[:, :, keys, f] = 1.0
+    return out
+
+
+def _prefix_and_suffix_sums(x: Tensor, group: int = 8) -> tuple[Tensor, Tensor]:
+    """``Σ_{u' < u} x_u'`` and ``Σ_{u' >= u} x_u'`` along dim 2 of ``x (B, H, U, F)``.
+
+    A blocked scan: triangular matmuls inside groups of ``group`` entries and cumulative
+    sums over the group totals (much faster on CPU than ``cumsum`` along a middle dim).
+    """
+    b, h, u, f = x.shape
+    g = -(-u // group)
+    xs = F.pad(x, (0, 0, 0, g * group - u)).view(b, h, g, group, f)
+    ones = torch.ones(group, group, device=x.device, dtype=x.dtype)
+    tri = torch.cat([ones.tril(-1), ones.triu()], dim=0)  # (2·group, group)
+    within = tri @ xs  # (B, H, g, 2·group, F): exclusive prefix, inclusive suffix in the group
+    totals = xs.sum(dim=3)  # (B, H, g, F)
+    before = F.pad(totals.cumsum(dim=2), (0, 0, 1, 0))[:, :, :g]  # groups before
+    after = F.pad(totals.flip(2).cumsum(dim=2), (0, 0, 1, 0))[:, :, :g].flip(2)  # groups after
+    prefix = (within[:, :, :, :group] + before[:, :, :, None]).reshape(b, h, g * group, f)
+    suffix = (within[:, :, :, group:] + after[:, :, :, None]).reshape(b, h, g * group, f)
+    return prefix[:, :, :u], suffix[:, :, :u]
 
 
 def _causal_banded(

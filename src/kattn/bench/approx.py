@@ -1,0 +1,159 @@
+"""Approximation studies: how well random features estimate softmax attention.
+
+:func:`norm_sweep` is the experiment of seed 000 §3.3 (Fig. 1b): one query and ``keys`` keys
+drawn uniformly on the unit sphere of dimension d and scaled by R; the softmax attention row
+``A_j = exp(q·k_j) / Σ_j exp(q·k_j)`` against its random-feature estimate
+``Â_j = φ(q)·φ(k_j) / Σ_j φ(q)·φ(k_j)``, error ``‖A − Â‖₁`` averaged over seeds. For PRF the
+error grows with R (the estimator's variance grows like ``exp(‖q‖² + ‖k‖²)``) and, at R = 1,
+falls as the number of features M grows. The normalised case (NPRF) ℓ2-normalises q and k
+first, so it estimates ``softmax(q̂·k̂)`` whatever R.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .. import features as feature_maps
+
+#: the variants of the study: (label, feature map, normalise q and k)
+NORM_SWEEP_VARIANTS = (("prf", "prf", False), ("trf", "trf", False), ("nprf", "prf", True))
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One cell of the study: mean and standard deviation of ``‖A − Â‖₁`` over seeds."""
+
+    variant: str
+    radius: float
+    features: int
+    l1_error: float
+    l1_error_std: float
+    seeds: int
+
+
+def _unit_sphere(n: int, d: int, generator: torch.Generator) -> torch.Tensor:
+    return F.normalize(torch.randn(n, d, generator=generator, dtype=torch.float64), dim=-1)
+
+
+def attention_row_error(
+    feature_map: str, q: torch.Tensor, k: torch.Tensor, num_features: int, seed: int
+) -> float:
+    """``‖A − Â‖₁`` for one query ``q (d,)`` and keys ``k (n, d)`` with a fresh draw of
+    ``num_features`` features of ``feature_map`` (seeded)."""
+    d = q.shape[-1]
+    torch.manual_seed(seed)
+    fm = feature_maps.build(
+        feature_map, head_dim=d, num_heads=1, num_features=num_features, redraw="never"
+    ).double()
+    exact = torch.softmax(k @ q, dim=0)
+    fq = fm.query_values(q[None, None, None, :]).reshape(-1)
+    out = fm(k[None, None])
+    fk = out.values[0, 0]
+    if out.log_scale is not None:  # shift the key log-scales: the shift cancels in Â
+        s = out.log_scale[0, 0]
+        fk = fk * torch.exp(s - s.max())[:, None]
+    weights = fk @ fq
+    estimate = weights / weights.sum()
+    return float((exact - estimate).abs().sum())
+
+
+def norm_sweep(
+    *,
+    radii: tuple[float, ...] = (1, 2, 3, 4, 5),
+    features: tuple[int, ...] = (4, 16, 64, 256, 1024),
+    dim: int = 64,
+    keys: int = 1024,
+    seeds: int = 10,
+    variants: tuple[tuple[str, str, bool], ...] = NORM_SWEEP_VARIANTS,
+) -> list[SweepRow]:
+    """The study of seed 000 Fig. 1b for each variant ``(label, feature map, normalise)``."""
+    rows = []
+    for label, name, normalize in variants:
+        for radius in radii:
+            for m in features:
+                errors = []
+                for seed in range(seeds):
+                    g = torch.Generator().manual_seed(seed)
+                    q = _unit_sphere(1, dim, g)[0] * radius
+                    k = _unit_sphere(keys, dim, g) * radius
+                    if normalize:
+                        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+                    errors.append(attention_row_error(name, q, k, m, seed=10_000 + seed))
+                std = statistics.stdev(errors) if len(errors) > 1 else 0.0
+                rows.append(SweepRow(label, float(radius), m, statistics.mean(errors), std, seeds))
+    return rows
+
+
+def rows_to_csv(rows: list[SweepRow]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(asdict(rows[0])))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(asdict(row))
+    return buffer.getvalue()
+
+
+def rows_to_markdown(rows: list[SweepRow]) -> str:
+    """One table per variant: radius down, number of features across."""
+    lines = []
+    for variant in dict.fromkeys(r.variant for r in rows):
+        mine = [r for r in rows if r.variant == variant]
+        ms = sorted({r.features for r in mine})
+        lines += [
+            f"**{variant}**: mean ‖A − Â‖₁ over {mine[0].seeds} seeds",
+            "",
+            "| R | " + " | ".join(f"M={m}" for m in ms) + " |",
+            "|---|" + "---|" * len(ms),
+        ]
+        for radius in sorted({r.radius for r in mine}):
+            cells = {r.features: r.l1_error for r in mine if r.radius == radius}
+            lines.append(f"| {radius:g} | " + " | ".join(f"{cells[m]:.3f}" for m in ms) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_norm_sweep(rows: list[SweepRow], path: Path, caption: str = "") -> Path | None:
+    """Error against M, one line per R, one panel per variant (log-log). None without
+    matplotlib (``pip install kattn[plot]``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        warnings.warn("matplotlib is not installed: no plot written", stacklevel=2)
+        return None
+    variants = list(dict.fromkeys(r.variant for r in rows))
+    fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.6), sharey=True)
+    axes = [axes] if len(variants) == 1 else list(axes)
+    radii = sorted({r.radius for r in rows})
+    colors = plt.get_cmap("viridis")([i / max(1, len(radii) - 1) for i in range(len(radii))])
+    for ax, variant in zip(axes, variants, strict=True):
+        for color, radius in zip(colors, radii, strict=True):
+            mine = sorted((r for r in rows if r.variant == variant and r.radius == radius),
+                          key=lambda r: r.features)  # fmt: skip
+            ax.errorbar([r.features for r in mine], [r.l1_error for r in mine],
+                        yerr=[r.l1_error_std for r in mine], color=color, marker="o",
+                        markersize=3, capsize=2, label=f"R = {radius:g}")  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("number of random features M")
+        ax.set_title(variant.upper())
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].set_ylabel("‖A − Â‖₁ (one attention row)")
+    axes[-1].legend(fontsize=8)
+    if caption:
+        fig.text(0.5, -0.02, caption, ha="center", va="top", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
