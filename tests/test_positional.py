@@ -222,3 +222,31 @@ def test_half_precision_through_the_module():
             out = attn(q.bfloat16(), k.bfloat16(), v.bfloat16(), causal=causal)
             assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
             assert (out.float() - ref).norm() / ref.norm() < 0.03
+
+
+def test_dense_method_never_scales_by_a_future_key():
+    attn = build(feature_map="prf", rpe="toeplitz", rpe_method="dense")
+    q, k, v = qkv(lq=20)
+    k2 = k.clone()
+    k2[:, :, 10:] *= 40.0  # huge future log-scales
+    out, out2 = attn(q, k, v, causal=True), attn(q, k2, v, causal=True)
+    assert_close(out[:, :, :10], out2[:, :, :10])
+
+
+def test_encoding_options_with_a_module_are_refused():
+    shared = positional.build("bucketed", num_heads=H)
+    with pytest.raises(TypeError, match="max_distance"):
+        kattn.build("kernelized", head_dim=D, num_heads=H, rpe=shared, max_distance=64)
+    with pytest.raises(ValueError, match="num_buckets"):
+        positional.build("bucketed", num_heads=H, num_buckets=8.0)
+
+
+def test_a_narrow_band_keeps_the_query_chunks():
+    attn = randomize(build(feature_map="prf", rpe="bucketed", num_buckets=4, max_distance=3))
+    dense = build(feature_map="prf", rpe="bucketed", num_buckets=4, max_distance=3,
+                  rpe_method="dense")  # fmt: skip
+    dense.load_state_dict(attn.state_dict())
+    assert (attn.rpe.left, attn.rpe.right) == (1, 1)
+    q, k, v = qkv(lq=70)
+    for causal in (False, True):
+        assert_close(attn(q, k, v, causal=causal), dense(q, k, v, causal=causal))

@@ -1,6 +1,8 @@
 """Relative-position weighted linear attention: FFT, banded, decay and 2-D paths against the dense
 ``C ⊙ (φ(Q)φ(K)ᵀ)`` reference, forward and gradients."""
 
+import math
+
 import pytest
 import torch
 
@@ -19,6 +21,7 @@ from kattn.functional.decay import (
 from kattn.functional.linear import linear_attention_reference
 from kattn.functional.toeplitz import (
     circulant_embedding,
+    clamp_to_value_range,
     fft_length,
     rpe_linear_attention_fft,
     toeplitz_dense,
@@ -283,3 +286,51 @@ def test_half_precision_inputs_stay_finite_and_close(dtype):
         )
         assert out.dtype == dtype and torch.isfinite(out).all()
         assert_close(out, ref)
+
+
+def test_decay_offsets_follow_the_decay():
+    """An early key far larger than the recent ones decays away; the recent keys must keep
+    their relative weights (a non-decayed running maximum would floor them all alike)."""
+    length, g = 300, torch.Generator().manual_seed(4)
+    fq = torch.rand(1, 1, length, M, generator=g) + 0.05
+    fk = torch.rand(1, 1, length, M, generator=g) + 0.05
+    v = torch.randn(1, 1, length, DV, generator=g)
+    s = torch.full((1, 1, length), -100.0)
+    s[..., 0] = 0.0
+    s[..., 1:] += torch.randn(length - 1, generator=g)
+    log_alpha = torch.zeros(1, 2, 1)
+    log_gamma = torch.full((1, 2, 1), math.log(0.75))
+    out = decay_linear_attention(fq, fk, v, log_alpha, log_gamma, causal=True, k_log_scale=s,
+                                 chunk_size=16, eps=EPS)  # fmt: skip
+    log_c = decay_log_coefficients(log_alpha.double(), log_gamma.double(), length, length)
+    coeff = toeplitz_dense(log_c.exp(), length, length)
+    fq64, fk64, v64, s64 = (x.double() for x in (fq, fk, v, s))
+    # fp64 reference with a guard far below its tiny (about e^-85) normalisers
+    ref = linear_attention_reference(
+        fq64, fk64 * s64.exp()[..., None], v64, causal=True, coeff=coeff, eps=1e-300
+    )
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-5)
+    state = decay_init_state(1, 1, 1, M)
+    steps = run_steps(decay_step, state, fq, fk, v, s, log_alpha=log_alpha, log_gamma=log_gamma)
+    torch.testing.assert_close(steps.double(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_clamp_to_value_range_ignores_padding():
+    v = torch.tensor([[[[1.0], [5.0], [100.0]]]])
+    out = torch.tensor([[[[-3.0], [3.0], [1e9]]]])
+    mask = torch.tensor([[False, False, True]])
+    clamped = clamp_to_value_range(out, v, mask)
+    assert clamped.flatten().tolist() == [1.0, 3.0, 5.0]
+    assert clamp_to_value_range(out, v, torch.ones(1, 3, dtype=torch.bool)).abs().max() == 0
+
+
+def test_fft_with_positive_weights_stays_in_the_value_range_in_half_precision():
+    fq, fk, v, s = (x.detach().float() for x in inputs(64, 64))
+    s[..., 40:] = 60.0  # rows before 40 carry weights far below the largest ones
+    log_c = torch.randn(H, 127)
+    for dtype in (torch.float16, torch.bfloat16):
+        out = rpe_linear_attention_fft(fq.to(dtype), fk.to(dtype), v.to(dtype), log_c,
+                                       k_log_scale=s, convex=True, eps=EPS,
+                                       fft_dtype=torch.float32)  # fmt: skip
+        assert torch.isfinite(out).all()
+        assert (out.float().abs() <= v.abs().amax(dim=2, keepdim=True) + 1e-2).all()

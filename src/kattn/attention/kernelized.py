@@ -167,6 +167,7 @@ class KernelizedAttention(Attention):
                 chunk_size=self.chunk_size,
                 block_size=self.block_size,
                 eps=self.eps,
+                positive_features=self.feature_map.positive,
             )
         return lin.linear_attention(
             self.query_features(q),
@@ -230,6 +231,14 @@ def _build_rpe(
     if rpe is None:
         return None
     if isinstance(rpe, positional.RelativePositionBias):
+        configured = sorted(
+            o for name in positional.available() for o in _rpe_option_names(name) if o in options
+        )
+        if configured:
+            raise TypeError(
+                f"options {configured} configure a relative positional encoding, but rpe is "
+                "a module already: pass them to kattn.positional.build instead"
+            )
         if rpe.num_heads != num_heads:
             raise ValueError(
                 f"rpe was built for {rpe.num_heads} heads, this attention has {num_heads}"

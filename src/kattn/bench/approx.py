@@ -49,10 +49,11 @@ def attention_row_error(
     """``‖A − Â‖₁`` for one query ``q (d,)`` and keys ``k (n, d)`` with a fresh draw of
     ``num_features`` features of ``feature_map`` (seeded)."""
     d = q.shape[-1]
-    torch.manual_seed(seed)
-    fm = feature_maps.build(
-        feature_map, head_dim=d, num_heads=1, num_features=num_features, redraw="never"
-    ).double()
+    with torch.random.fork_rng():  # a seeded draw that leaves the caller's RNG alone
+        torch.manual_seed(seed)
+        fm = feature_maps.build(
+            feature_map, head_dim=d, num_heads=1, num_features=num_features, redraw="never"
+        ).double()
     exact = torch.softmax(k @ q, dim=0)
     fq = fm.query_values(q[None, None, None, :]).reshape(-1)
     out = fm(k[None, None])

@@ -40,17 +40,19 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--experiment", choices=EXPERIMENTS, default="norm-sweep")
     p.add_argument("--out", type=Path, default=Path("runs/bench/approx"))
-    p.add_argument("--radii", type=_floats, default=(1, 2, 3, 4, 5))
-    p.add_argument("--features", type=_ints, default=(4, 16, 64, 256, 1024))
+    p.add_argument("--radii", type=_floats, default=None, help="default 1,2,3,4,5")
+    p.add_argument("--features", type=_ints, default=None, help="default 4,16,64,256,1024")
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--keys", type=int, default=1024)
-    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--seeds", type=int, default=None, help="default 10")
     p.add_argument(
         "--variants",
         default=",".join(v[0] for v in NORM_SWEEP_VARIANTS),
         help="comma-separated subset of " + ", ".join(v[0] for v in NORM_SWEEP_VARIANTS),
     )
-    p.add_argument("--quick", action="store_true", help="2 seeds, M up to 256, R in 1,3,5")
+    p.add_argument(
+        "--quick", action="store_true", help="defaults of 2 seeds, M up to 256, R in 1,3,5"
+    )
     p.set_defaults(func=cmd_bench_approx)
 
 
@@ -60,8 +62,10 @@ def cmd_bench_approx(args: argparse.Namespace) -> int:
     unknown = [v for v in chosen if v not in known]
     if unknown:
         raise ValueError(f"unknown variant(s) {unknown}; choose from {sorted(known)}")
-    if args.quick:
-        args.seeds, args.features, args.radii = 2, (4, 16, 64, 256), (1, 3, 5)
+    quick = args.quick
+    args.seeds = args.seeds or (2 if quick else 10)
+    args.features = args.features or ((4, 16, 64, 256) if quick else (4, 16, 64, 256, 1024))
+    args.radii = args.radii or ((1, 3, 5) if quick else (1, 2, 3, 4, 5))
     rows = []
     for name in chosen:
         print(f"norm-sweep: {name} ...", file=sys.stderr, flush=True)

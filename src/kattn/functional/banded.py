@@ -168,8 +168,9 @@ def banded_linear_attention(
         # query chunks C with C + left + right − 2 = k·C − (slack): the window of each chunk is
         # k whole chunks; pick C near chunk_size that wastes the least of the window
         reach = left + right - 2
-        k = max(2, -(-reach // c) + 1)
-        c = max(1, min(lq, -(-reach // (k - 1)) if reach else c))
+        if reach > c:  # a window of k chunks: C = ⌈reach / (k − 1)⌉ wastes the least
+            k = -(-reach // c) + 1
+            c = max(1, min(lq, -(-reach // (k - 1))))
         num, den = _bidirectional_banded(fq, fk, v32, s, log_coeff, left, c, -(-lq // c))
     out = num.reshape(b, h, -1, dv)[:, :, :lq] / guard_normaliser(
         den.reshape(b, h, -1, 1)[:, :, :lq], eps

@@ -28,7 +28,7 @@ from .linear_causal import (
     causal_step_sums,
     linear_attention_init_state,
 )
-from .numerics import DEFAULT_EPS, exp_nonpositive, guard_normaliser, log_floor
+from .numerics import DEFAULT_EPS, guard_normaliser, log_floor
 from .numerics import prepare_linear_inputs as _prepare
 
 
@@ -118,8 +118,8 @@ def decay_linear_attention(
     num, den, offsets = split
     # the future side's query i reads keys from i+1: one more decay step (γ) in its weight
     log_weight = log_alpha[:, :n_sides] + F.pad(log_gamma[:, 1:n_sides], (0, 0, 1, 0))
-    top = offsets.amax(dim=(1, 3), keepdim=True)  # one offset per query for every term
-    w = exp_nonpositive(offsets - top) * log_weight.transpose(0, 1).exp()[None, ..., None, None]
+    log_w = offsets + log_weight.transpose(0, 1)[None, ..., None, None]
+    w = torch.exp(log_w - log_w.detach().amax(dim=(1, 3), keepdim=True))  # shift: it cancels
     num, den = ((x * w).sum(dim=(1, 3))[:, :, :lq] for x in (num, den))
     return (num / guard_normaliser(den, eps)).to(v.dtype)
 
@@ -172,6 +172,8 @@ def decay_step(
         state,
         log_decay=log_gamma[:, 0].to(fq.dtype).reshape(1, h * r),
     )
-    alpha = log_alpha[:, 0].to(fq.dtype).exp()[None, :, :, None, None]  # (1, H, R, 1, 1)
-    num, den = ((x.view(b, h, r, 1, -1) * alpha).sum(dim=2) for x in (num, den))
+    # each term's sums are in units of its own (decayed) offset: combine in log space
+    log_w = log_alpha[:, 0].to(fq.dtype)[None] + state.offset.view(b, h, r)  # (B, H, R)
+    w = torch.exp(log_w - log_w.detach().amax(dim=-1, keepdim=True))[..., None, None]
+    num, den = ((x.view(b, h, r, 1, -1) * w).sum(dim=2) for x in (num, den))
     return (num / guard_normaliser(den, eps)).to(v.dtype), state

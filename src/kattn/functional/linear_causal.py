@@ -28,6 +28,7 @@ from torch import Tensor
 from .numerics import (
     DEFAULT_EPS,
     accumulation_dtype,
+    exp_floor,
     exp_nonpositive,
     exp_nonpositive_,
     guard_normaliser,
@@ -259,7 +260,7 @@ def _causal_block(
         k_in = fk
         q_rescale = None
         offsets = torch.cat([offset[:, None], offset.new_zeros(n_flat, n)], dim=1)
-    else:
+    elif g is None:
         # r_i, the key offset of query i: the running maximum of the log-scales up to i
         # (carried over from the state). It cancels in the ratio, so it carries no gradient.
         r = torch.maximum(torch.cummax(s.detach(), dim=1).values, offset[:, None])
@@ -270,10 +271,13 @@ def _causal_block(
         k_in = fk * exp_nonpositive_(s - r_end[:, None])[..., None]
         offsets = torch.cat([offset[:, None], r_end.view(n_flat, n)], dim=1)  # (N, n+1)
         q_rescale = exp_nonpositive_(offsets[:, :-1].reshape(-1, 1) - r_c)[..., None]
-    # scan[c, e]: weight of the sums of entry e (incoming state, chunk 0, ...) in the state
-    # before chunk c (entry n: the state after the block)
-    scan = exp_nonpositive_(offsets[:, None, :] - offsets[:, :, None]).tril_()  # (N, n+1, n+1)
-    if g is not None:
+    else:
+        r, weights, k_in, offsets, q_rescale, scan = _decayed_weights(scores, fk, s, offset, g, c)
+    if s is None or g is None:
+        # scan[c, e]: weight of the sums of entry e (incoming state, chunk 0, ...) in the
+        # state before chunk c (entry n: the state after the block)
+        scan = exp_nonpositive_(offsets[:, None, :] - offsets[:, :, None]).tril_()
+    if g is not None and s is None:
         # decay γ^(i−j): inside chunks, from each chunk's end, between chunk ends, to queries
         pos = torch.arange(c, device=fq.device, dtype=fq.dtype)
         lag = (pos[:, None] - pos[None, :]).clamp_min(0)
@@ -283,8 +287,7 @@ def _causal_block(
         )
         idx = torch.arange(n + 1, device=fq.device, dtype=fq.dtype)
         scan = scan * _decay(g, (idx[:, None] - idx[None, :]).clamp_min(0) * c)
-        to_query = _decay(g, pos + 1)[:, None, :, None].expand(n_flat, n, c, 1).reshape(-1, c, 1)
-        q_rescale = to_query if q_rescale is None else q_rescale * to_query
+        q_rescale = _decay(g, pos + 1)[:, None, :, None].expand(n_flat, n, c, 1).reshape(-1, c, 1)
     num = torch.bmm(weights, v)  # (Nn, C, Dv)
     den = weights.sum(dim=-1, keepdim=True)  # (Nn, C, 1)
     # sums of [incoming state, chunk 0, ..., chunk n−1], then inclusive prefix sums: entry c
@@ -310,6 +313,47 @@ def _causal_block(
         all_z[:, n].clone(),
         offsets[:, n],
     )
+
+
+def _decayed_weights(
+    scores: Tensor, fk: Tensor, s: Tensor, offset: Tensor, g: Tensor, c: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The weights of :func:`_causal_block` with log-scales ``s (N, T)`` and log-decays
+    ``g (N,)``: every factor ``γ^(i−j) exp(s_j − r_i)`` is one exponential, and the offset is
+    the *decayed* running maximum ``r_i = max_{j<=i} (s_j + (i−j)·log γ)`` (the state's offset
+    included), so recent keys keep weights near 1 even after a large key has decayed away.
+
+    ``r`` is computed as ``p·g + cummax(s_j − j·g)`` over the positions p of the block; its
+    rounding cancels in the ratio (every weight of query i uses the same ``r_i``), so the
+    exponentials are capped at ``e`` rather than 1.
+    Returns ``r, weights, k_in, offsets, q_rescale, scan`` as the block uses them.
+    """
+    n_flat, t = s.shape
+    n = t // c
+    pos_t = torch.arange(t, device=s.device, dtype=s.dtype)
+    gp = g[:, None] * pos_t  # (N, T)
+    start = (offset + g)[:, None]  # the state's offset, one step later
+    r = gp + torch.maximum(torch.cummax(s.detach() - gp, dim=1).values, start)
+    r_c, s = r.reshape(n_flat * n, c), s.reshape(n_flat * n, c)
+    r_end = r_c[:, -1]
+    g_rows = g.repeat_interleave(n)[:, None]  # (Nn, 1)
+    pos = torch.arange(c, device=s.device, dtype=s.dtype)
+    lag = (pos[:, None] - pos[None, :]).clamp_min(0)
+    logits = s[:, None, :] - r_c[:, :, None] + g_rows[..., None] * lag
+    weights = scores.mul_(_exp_capped(logits)).tril_()
+    k_in = fk * _exp_capped(s - r_end[:, None] + g_rows * (c - 1 - pos))[..., None]
+    offsets = torch.cat([offset[:, None], r_end.view(n_flat, n)], dim=1)  # (N, n+1)
+    q_rescale = _exp_capped(offsets[:, :-1].reshape(-1, 1) - r_c + g_rows * (pos + 1))[..., None]
+    idx = torch.arange(n + 1, device=s.device, dtype=s.dtype)
+    steps = (idx[:, None] - idx[None, :]).clamp_min(0) * c
+    scan = offsets[:, None, :] - offsets[:, :, None] + g[:, None, None] * steps
+    return r, weights, k_in, offsets, q_rescale, _exp_capped(scan).tril()
+
+
+def _exp_capped(x: Tensor) -> Tensor:
+    """``exp`` of exponents that are <= 0 up to rounding: floored like
+    :func:`exp_nonpositive`, capped at 1 (``e``) instead of 0."""
+    return torch.exp(x.clamp(exp_floor(x.dtype), 1.0))
 
 
 def _decay(g: Tensor, lag: Tensor) -> Tensor:
@@ -354,10 +398,10 @@ def causal_step_sums(
     kv, k_sum, offset = _checked_state(state, fk, v.shape[-1])
     fk, v = fk[:, :, 0], v[:, :, 0]  # (B, H, M), (B, H, Dv)
     s_t = fk.new_zeros(fk.shape[:-1]) if s is None else s[:, :, 0]  # (B, H); no scale: 0
-    new_offset = torch.maximum(offset, s_t.detach())
-    decay = exp_nonpositive(offset - new_offset)[..., None]  # (B, H, 1)
-    if log_decay is not None:
-        decay = decay * exp_nonpositive(log_decay.to(fk.dtype).expand(offset.shape))[..., None]
+    # the state's offset, decayed by one step, against the new key (a decayed running max)
+    prev = offset if log_decay is None else offset + log_decay.to(fk.dtype).expand(offset.shape)
+    new_offset = torch.maximum(prev, s_t.detach())
+    decay = exp_nonpositive(prev - new_offset)[..., None]  # (B, H, 1)
     fk = fk * exp_nonpositive(s_t - new_offset)[..., None]
     kv, k_sum = kv * decay[..., None], k_sum * decay
     kv = kv + fk[..., :, None] * v[..., None, :]

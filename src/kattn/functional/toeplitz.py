@@ -108,6 +108,21 @@ def shifted_coefficients(log_coeff: Tensor, lq: int, causal: bool) -> Tensor:
     return torch.cat([coeff, coeff.new_zeros(*coeff.shape[:-1], log_coeff.shape[-1] - lq)], -1)
 
 
+def clamp_to_value_range(out: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    """Clamp ``out (B, H, Lq, Dv)`` to the range of the non-padded values ``v (B, H, Lk, Dv)``
+    (0 where every key is padding)."""
+    big = torch.finfo(v.dtype).max
+    if key_padding_mask is None:
+        low, high = v.amin(dim=2, keepdim=True), v.amax(dim=2, keepdim=True)
+    else:
+        pad = key_padding_mask[:, None, :, None]
+        low = v.masked_fill(pad, big).amin(dim=2, keepdim=True)
+        high = v.masked_fill(pad, -big).amax(dim=2, keepdim=True)
+        empty = low > high
+        low, high = low.masked_fill(empty, 0.0), high.masked_fill(empty, 0.0)
+    return torch.minimum(torch.maximum(out, low.to(out.dtype)), high.to(out.dtype))
+
+
 def spectral_product(x: Tensor, spectrum: Tensor) -> Tensor:
     """``x · spectrum``, in place when no gradient is recorded (x is a fresh temporary)."""
     return x * spectrum if torch.is_grad_enabled() else x.mul_(spectrum)
@@ -192,6 +207,7 @@ def rpe_linear_attention_fft(
     eps: float = DEFAULT_EPS,
     max_block_elements: int = DEFAULT_MAX_BLOCK_ELEMENTS,
     fft_dtype: torch.dtype | None = None,
+    convex: bool = False,
 ) -> Tensor:
     """Kernelized attention with Toeplitz RPE by FFT (Luo et al. Algorithm 1).
 
@@ -206,6 +222,9 @@ def rpe_linear_attention_fft(
         max_block_elements: bound on the elements of one block of FFT channels.
         fft_dtype: precision of the products; default fp64 when causal, else the accumulation
             dtype (fp32; fp64 for fp64 inputs).
+        convex: every weight is >= 0 (positive features), so each output is a convex
+            combination of values: clamp outputs to the values' range, which round-off can
+            leave when a row's weights are all far below the largest ones.
 
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
@@ -235,5 +254,7 @@ def rpe_linear_attention_fft(
         transform_size=n,
         max_block_elements=max_block_elements,
     )
-    out = num / guard_normaliser(den, eps)
-    return out.reshape(b, h, lq, -1).to(v.dtype)
+    out = (num / guard_normaliser(den, eps)).reshape(b, h, lq, -1)
+    if convex:
+        out = clamp_to_value_range(out, v32, key_padding_mask)
+    return out.to(v.dtype)

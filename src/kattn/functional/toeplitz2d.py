@@ -17,6 +17,7 @@ from .numerics import DEFAULT_EPS, guard_normaliser, prepare_linear_inputs, scal
 from .toeplitz import (
     DEFAULT_MAX_BLOCK_ELEMENTS,
     circulant_embedding,
+    clamp_to_value_range,
     fft_length,
     in_fft_dtype,
     spectral_product,
@@ -55,6 +56,7 @@ def rpe2d_linear_attention_fft(
     eps: float = DEFAULT_EPS,
     max_block_elements: int = DEFAULT_MAX_BLOCK_ELEMENTS,
     fft_dtype: torch.dtype | None = None,
+    convex: bool = False,
 ) -> Tensor:
     """Kernelized attention with a 2-D relative bias, by 2-D FFT.
 
@@ -64,7 +66,7 @@ def rpe2d_linear_attention_fft(
         log_bias: ``(H, 2h−1, 2w−1)``, entry ``[Δrow + h − 1, Δcol + w − 1]``.
         grid: ``(h, w)``.
         causal: each cell sees the cells before it in row-major order, itself included.
-        key_padding_mask, eps, max_block_elements, fft_dtype: as for the 1-D FFT path.
+        key_padding_mask, eps, max_block_elements, fft_dtype, convex: as for the 1-D FFT path.
 
     Returns:
         ``(B, H, L, Dv)`` in the dtype of ``v``.
@@ -103,5 +105,7 @@ def rpe2d_linear_attention_fft(
         transform_size=nh * nw,
         max_block_elements=max_block_elements,
     )
-    out = num / guard_normaliser(den, eps)
-    return out.reshape(b, heads, length, -1).to(v.dtype)
+    out = (num / guard_normaliser(den, eps)).reshape(b, heads, length, -1)
+    if convex:
+        out = clamp_to_value_range(out, v32, key_padding_mask)
+    return out.to(v.dtype)

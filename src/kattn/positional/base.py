@@ -7,11 +7,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..functional.banded import BandedState, banded_init_state
 from ..functional.linear import linear_attention_reference
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
+from ..functional.masks import allowed_keys
 from ..functional.numerics import DEFAULT_EPS, log_floor, prepare_linear_inputs
-from ..functional.numerics import scaled_key_features as _scaled
-from ..functional.toeplitz import toeplitz_dense
+from ..functional.toeplitz import rpe_linear_attention_fft, toeplitz_dense
 
 
 class RelativePositionBias(nn.Module):
@@ -88,34 +89,62 @@ class RelativePositionBias(nn.Module):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         block_size: int = DEFAULT_BLOCK_SIZE,
         eps: float = DEFAULT_EPS,
+        positive_features: bool = False,
     ) -> Tensor:
         """Kernelized attention weighted by these positions (shapes as in
-        :func:`kattn.functional.linear_attention`), by ``self.method``."""
+        :func:`kattn.functional.linear_attention`), by ``self.method``.
+
+        ``positive_features`` says every weight is >= 0, so each output is a convex combination
+        of values: the FFT path then clamps its outputs to the values' range (round-off can
+        leave a near-zero normaliser for rows whose weights are all tiny)."""
         lq, lk = phi_q.shape[2], phi_k.shape[2]
         self.check_lengths(lq, lk)
+        common: dict[str, Any] = {
+            "causal": causal,
+            "k_log_scale": k_log_scale,
+            "key_padding_mask": key_padding_mask,
+            "eps": eps,
+        }
         if self.method == "dense":
-            fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
-            log_c = self.dense_log(lq, lk).to(fq.dtype)
-            if causal:
-                future = torch.ones(lq, lk, dtype=torch.bool, device=fq.device).triu(1)
-                log_c = log_c.masked_fill(future, log_floor(fq.dtype))
-            coeff = torch.exp(log_c - log_c.detach().amax(dim=(-2, -1), keepdim=True))
-            out = linear_attention_reference(
-                fq, _scaled(fk, s), v32, causal=causal, key_padding_mask=key_padding_mask,
-                coeff=coeff, eps=eps,
-            )  # fmt: skip
-            return out.to(v.dtype)
-        return self._attend_fast(
-            phi_q,
-            phi_k,
-            v,
-            causal=causal,
-            k_log_scale=k_log_scale,
-            key_padding_mask=key_padding_mask,
-            chunk_size=chunk_size,
-            block_size=block_size,
-            eps=eps,
+            return self._attend_dense(phi_q, phi_k, v, **common)
+        if self.method == "fft":
+            return self._attend_fft(phi_q, phi_k, v, convex=positive_features, **common)
+        return self._attend_fast(phi_q, phi_k, v, chunk_size=chunk_size, block_size=block_size,
+                                 **common)  # fmt: skip
+
+    def _attend_dense(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool,
+        k_log_scale: Tensor | None,
+        key_padding_mask: Tensor | None,
+        eps: float,
+    ) -> Tensor:
+        """The O(Lq·Lk) reference: ``log c + s_j`` shifted by its maximum over each query's
+        visible keys (so no future key sets a causal query's scale)."""
+        fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
+        lq, lk = fq.shape[2], fk.shape[2]
+        log_w = self.dense_log(lq, lk).to(fq.dtype)  # (H, Lq, Lk)
+        if s is not None:
+            log_w = log_w + s[:, :, None, :]  # (B, H, Lq, Lk)
+        allowed = allowed_keys(
+            lq, lk, causal=causal, key_padding_mask=key_padding_mask, device=fq.device
         )
+        if allowed is not None:
+            log_w = log_w.masked_fill(~allowed, log_floor(fq.dtype))
+        coeff = torch.exp(log_w - log_w.detach().amax(dim=-1, keepdim=True))
+        out = linear_attention_reference(
+            fq, fk, v32, causal=causal, key_padding_mask=key_padding_mask, coeff=coeff, eps=eps
+        )
+        return out.to(v.dtype)
+
+    def _attend_fft(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
+        """The FFT path over :meth:`log_coefficients` (1-D encodings)."""
+        lq, lk = phi_q.shape[2], phi_k.shape[2]
+        return rpe_linear_attention_fft(phi_q, phi_k, v, self.log_coefficients(lq, lk), **kwargs)
 
     def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
         raise NotImplementedError
@@ -142,3 +171,17 @@ class RelativePositionBias(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, method={self.method!r}"
+
+
+class WindowDecoding:
+    """Mixin: decoding with a :class:`~kattn.functional.banded.BandedState` (a window of recent
+    tokens and one linear-attention state)."""
+
+    num_heads: int
+
+    def init_state(
+        self, batch_size: int, num_features: int, *, device: Any, dtype: torch.dtype
+    ) -> BandedState:
+        return banded_init_state(
+            batch_size, self.num_heads, num_features, device=device, dtype=dtype
+        )

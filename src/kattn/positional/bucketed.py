@@ -8,15 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..functional.banded import (
-    BandedState,
-    banded_init_state,
-    banded_linear_attention,
-    banded_step,
-)
+from ..functional.banded import BandedState, banded_linear_attention, banded_step
 from ..functional.numerics import DEFAULT_EPS
-from ..functional.toeplitz import rpe_linear_attention_fft
-from .base import RelativePositionBias
+from .base import RelativePositionBias, WindowDecoding
 
 
 def t5_buckets(
@@ -40,7 +34,7 @@ def t5_buckets(
     return buckets + torch.where(n < max_exact, n, large)
 
 
-class BucketedBias(RelativePositionBias):
+class BucketedBias(WindowDecoding, RelativePositionBias):
     """``c_{j−i} = exp(b[bucket(j − i)])`` with T5 buckets; ``bias`` is ``(H, num_buckets)``,
     initialised to 0.
 
@@ -68,13 +62,18 @@ class BucketedBias(RelativePositionBias):
         method: str | None = None,
     ):
         super().__init__(num_heads=num_heads, max_len=max_len, method=method)
-        per_side = num_buckets // 2 if bidirectional else num_buckets
-        if isinstance(num_buckets, bool) or not isinstance(num_buckets, int) or per_side < 2:
+        is_int = isinstance(num_buckets, int) and not isinstance(num_buckets, bool)
+        per_side = (num_buckets // 2 if bidirectional else num_buckets) if is_int else 0
+        if per_side < 2:
             raise ValueError(
                 f"num_buckets must be an int with at least 2 buckets per direction, "
                 f"got {num_buckets!r} (bidirectional={bidirectional})"
             )
-        if not isinstance(max_distance, int) or max_distance <= per_side // 2:
+        if (
+            isinstance(max_distance, bool)
+            or not isinstance(max_distance, int)
+            or max_distance <= per_side // 2
+        ):
             raise ValueError(
                 f"max_distance must be an int above the exact range {per_side // 2}, "
                 f"got {max_distance!r}"
@@ -111,21 +110,8 @@ class BucketedBias(RelativePositionBias):
         return self.bias[:, self.band_buckets]
 
     def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
-        if self.method == "fft":
-            for unused in ("chunk_size", "block_size"):
-                kwargs.pop(unused)
-            lq, lk = phi_q.shape[2], phi_k.shape[2]
-            log_coeff = self.log_coefficients(lq, lk)
-            return rpe_linear_attention_fft(phi_q, phi_k, v, log_coeff, **kwargs)
         return banded_linear_attention(
             phi_q, phi_k, v, self.band_log_coefficients(), self.left, **kwargs
-        )
-
-    def init_state(
-        self, batch_size: int, num_features: int, *, device: Any, dtype: torch.dtype
-    ) -> BandedState:
-        return banded_init_state(
-            batch_size, self.num_heads, num_features, device=device, dtype=dtype
         )
 
     def step(

@@ -17,7 +17,6 @@ from ..functional.decay import (
 )
 from ..functional.linear_causal import LinearState
 from ..functional.numerics import DEFAULT_EPS
-from ..functional.toeplitz import rpe_linear_attention_fft
 from .base import RelativePositionBias
 
 
@@ -59,12 +58,6 @@ class DecayBias(RelativePositionBias):
         return decay_log_coefficients(self.log_alpha, self.log_gamma(), lq, lk)
 
     def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
-        if self.method == "fft":
-            for unused in ("chunk_size", "block_size"):
-                kwargs.pop(unused)
-            lq, lk = phi_q.shape[2], phi_k.shape[2]
-            log_coeff = self.log_coefficients(lq, lk)
-            return rpe_linear_attention_fft(phi_q, phi_k, v, log_coeff, **kwargs)
         return decay_linear_attention(phi_q, phi_k, v, self.log_alpha, self.log_gamma(), **kwargs)
 
     def init_state(

@@ -8,18 +8,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..functional.banded import BandedState, banded_init_state, banded_step
+from ..functional.banded import BandedState, banded_step
 from ..functional.numerics import DEFAULT_EPS
-from ..functional.toeplitz import rpe_linear_attention_fft
 from ..functional.toeplitz2d import (
     future_offsets2d,
     rpe2d_linear_attention_fft,
     toeplitz2d_dense_log,
 )
-from .base import RelativePositionBias
+from .base import RelativePositionBias, WindowDecoding
 
 
-class ToeplitzBias(RelativePositionBias):
+class ToeplitzBias(WindowDecoding, RelativePositionBias):
     """``c_{j−i} = exp(b_{j−i})`` with one learnable ``b`` per head and offset (Luo et al.).
 
     ``bias`` has shape ``(H, 2·max_len − 1)``; offset ``j − i`` is at index
@@ -43,19 +42,6 @@ class ToeplitzBias(RelativePositionBias):
         assert self.max_len is not None
         zero = self.max_len - 1
         return self.bias[:, zero - (lq - 1) : zero + lk]
-
-    def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
-        for unused in ("chunk_size", "block_size"):
-            kwargs.pop(unused)
-        lq, lk = phi_q.shape[2], phi_k.shape[2]
-        return rpe_linear_attention_fft(phi_q, phi_k, v, self.log_coefficients(lq, lk), **kwargs)
-
-    def init_state(
-        self, batch_size: int, num_features: int, *, device: Any, dtype: torch.dtype
-    ) -> BandedState:
-        return banded_init_state(
-            batch_size, self.num_heads, num_features, device=device, dtype=dtype
-        )
 
     def step(
         self,
@@ -128,9 +114,7 @@ class Toeplitz2dBias(RelativePositionBias):
         """``(2h−1, 2w−1)`` bool: the offsets that causal attention zeroes."""
         return future_offsets2d(self.grid, self.bias.device)
 
-    def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
-        for unused in ("chunk_size", "block_size"):
-            kwargs.pop(unused)
+    def _attend_fft(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
         return rpe2d_linear_attention_fft(phi_q, phi_k, v, self.bias, self.grid, **kwargs)
 
     def extra_repr(self) -> str:
