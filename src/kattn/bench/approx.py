@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import statistics
 import warnings
 from dataclasses import asdict, dataclass
@@ -141,9 +142,10 @@ def plot_norm_sweep(rows: list[SweepRow], path: Path, caption: str = "") -> Path
         for color, radius in zip(colors, radii, strict=True):
             mine = sorted((r for r in rows if r.variant == variant and r.radius == radius),
                           key=lambda r: r.features)  # fmt: skip
-            ax.errorbar([r.features for r in mine], [r.l1_error for r in mine],
-                        yerr=[r.l1_error_std for r in mine], color=color, marker="o",
-                        markersize=3, capsize=2, label=f"R = {radius:g}")  # fmt: skip
+            sem = [r.l1_error_std / math.sqrt(r.seeds) for r in mine]  # standard error
+            ax.errorbar([r.features for r in mine], [r.l1_error for r in mine], yerr=sem,
+                        color=color, marker="o", markersize=3, capsize=2,
+                        label=f"R = {radius:g}")  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("number of random features M")

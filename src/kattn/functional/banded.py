@@ -38,9 +38,9 @@ from .numerics import (
     DEFAULT_EPS,
     exp_nonpositive,
     guard_normaliser,
+    key_scales,
     log_floor,
     prepare_linear_inputs,
-    scaled_key_features,
 )
 
 
@@ -102,26 +102,29 @@ def _window_sums(
             s = F.pad(s, pad, value=log_floor(s.dtype))
     grad = torch.is_grad_enabled()
     per_block = max(1, _BAND_BLOCK_ELEMENTS // (b * h * c * span))
-    outs = []
+    chunks = fq.unflatten(2, (n, c))  # (B, H, n, C, M)
+    # the far-field part of every chunk first; blocks of the band add to it
+    out = chunks @ far if far is not None else fq.new_zeros(b, h, n, c, v.shape[-1])
+    parts = []
     for t0 in range(0, n, per_block):
         t1 = min(n, t0 + per_block)
         keys = slice(t0 * c, (t1 - 1) * c + span)
         fk_w = fk[:, :, keys].unfold(2, span, c)  # (B, H, nb, M, span)
         v_w = v[:, :, keys].unfold(2, span, c).transpose(-1, -2)  # (B, H, nb, span, E)
-        scores = fq[:, :, t0 * c : t1 * c].unflatten(2, (t1 - t0, c)) @ fk_w  # (B,H,nb,C,span)
+        scores = chunks[:, :, t0:t1] @ fk_w  # (B, H, nb, C, span)
         if s is not None and r is not None:
             s_w = s[:, :, keys].unfold(2, span, c)  # (B, H, nb, span)
             r_b = r[:, :, t0 * c : t1 * c].unflatten(2, (t1 - t0, c))  # (B, H, nb, C)
             weight = exp_nonpositive(s_w[..., None, :] - r_b[..., None])
             scores = scores * weight if grad else scores.mul_(weight)
         weight = band[:, None]  # (H, 1, C, span)
-        scores = scores * weight if grad else scores.mul_(weight)
-        out = scores @ v_w  # (B, H, nb, C, E)
-        if far is not None:
-            q_b = fq[:, :, t0 * c : t1 * c].unflatten(2, (t1 - t0, c))
-            out = out + q_b @ far[:, :, t0:t1] if grad else out.add_(q_b @ far[:, :, t0:t1])
-        outs.append(out.flatten(2, 3))
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+        if grad:
+            parts.append((scores * weight) @ v_w)
+        else:
+            out[:, :, t0:t1].add_(scores.mul_(weight) @ v_w)
+    if parts:
+        out = out + (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2))
+    return out.flatten(2, 3)
 
 
 def banded_linear_attention(
@@ -198,7 +201,8 @@ def _bidirectional_banded(
     k = -(-(c + left + right - 2) // c)
     n_keys = max(n + k - 1, -(-(lk + before) // c))
     keys = slice(before, before + lk)
-    fk_pad = _zero_padded(scaled_key_features(fk, s), keys, n_keys * c)
+    scale = None if s is None else key_scales(s)[..., None]
+    fk_pad = _zero_padded(fk, keys, n_keys * c, scale=scale)
     v_pad = _zero_padded(v, keys, n_keys * c, extra_column=True)  # [v, 1]: sums the weights
     # far field: key chunks entirely left (right) of the window, by prefix (suffix) sums
     chunk_sums = fk_pad.unflatten(2, (n_keys, c)).transpose(-1, -2) @ v_pad.unflatten(
@@ -208,22 +212,35 @@ def _bidirectional_banded(
     prefix = prefix[:, :, :n].unflatten(3, (m, dv + 1))
     suffix = F.pad(suffix[:, :, k : k + n], (0, 0, 0, max(0, n - (n_keys - k))))
     suffix = suffix.unflatten(3, (m, dv + 1))
-    far = prefix * coeff[:, 0, None, None, None] + suffix * coeff[:, -1, None, None, None]
+    far = (prefix * coeff[:, 0, None, None, None]).addcmul_(suffix, coeff[:, -1, None, None, None])
     band = _band_matrix(coeff, left, c, k * c, before)  # (H, C, span): the exact band
     fq = F.pad(fq, (0, 0, 0, n * c - lq))
     sums = _window_sums(fq, fk_pad, v_pad, band, 0, far=far)
     return sums[..., :dv], sums[..., dv:]
 
 
-def _zero_padded(x: Tensor, keys: slice, length: int, extra_column: bool = False) -> Tensor:
-    """``x (B, H, L, F)`` at positions ``keys`` of a zero tensor of ``length`` positions (and a
-    column of ones after the last feature when ``extra_column``); only the padding is
-    zero-filled."""
+def _zero_padded(
+    x: Tensor,
+    keys: slice,
+    length: int,
+    *,
+    scale: Tensor | None = None,
+    extra_column: bool = False,
+) -> Tensor:
+    """``x (B, H, L, F)`` (times ``scale`` if given) at positions ``keys`` of a zero tensor of
+    ``length`` positions, plus a column of ones after the last feature when ``extra_column``;
+    only the padding is zero-filled."""
     b, h, _, f = x.shape
     out = x.new_empty(b, h, length, f + int(extra_column))
     out[:, :, : keys.start].zero_()
     out[:, :, keys.stop :].zero_()
-    out[:, :, keys, :f] = x
+    inside = out[:, :, keys, :f]
+    if scale is None:
+        inside.copy_(x)
+    elif torch.is_grad_enabled():
+        inside.copy_(x * scale)
+    else:
+        torch.mul(x, scale, out=inside)
     if extra_column:
         out[:, :, keys, f] = 1.0
     return out

@@ -68,9 +68,12 @@ def prepare_linear_inputs(
     return fq, fk, v, s
 
 
+def key_scales(s: Tensor) -> Tensor:
+    """``exp(s − max s)`` over the last dim: one shift for all keys of a row (it cancels in
+    the ratio, so it carries no gradient); keys at the log-scale floor (padding) get 0."""
+    return exp_nonpositive(s - s.detach().amax(dim=-1, keepdim=True))
+
+
 def scaled_key_features(fk: Tensor, s: Tensor | None) -> Tensor:
-    """``fk · exp(s − max s)``: one shift for all keys of a row (it cancels in the ratio, so
-    it carries no gradient); keys at the log-scale floor (padding) become 0."""
-    if s is None:
-        return fk
-    return fk * exp_nonpositive(s - s.detach().amax(dim=-1, keepdim=True))[..., None]
+    """``fk · exp(s − max s)`` (see :func:`key_scales`); ``fk`` itself when ``s`` is None."""
+    return fk if s is None else fk * key_scales(s)[..., None]
