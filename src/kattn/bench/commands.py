@@ -80,7 +80,8 @@ def cmd_bench_approx(args: argparse.Namespace) -> int:
     info = machine_info()
     caption = (
         f"d={args.dim}, {args.keys} keys, one query, unit sphere × R; mean over {args.seeds} "
-        f"seeds (bars: standard error of the mean). kattn {info['kattn']}, torch {torch.__version__}"
+        f"seeds (bars: standard error of the mean). "
+        f"kattn {info['kattn']}, torch {torch.__version__}"
     )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "norm-sweep.csv").write_text(rows_to_csv(rows))
