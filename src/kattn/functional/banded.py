@@ -74,22 +74,24 @@ def _window_sums(
     *,
     s: Tensor | None = None,
     r: Tensor | None = None,
-    far: Tensor | None = None,
-) -> Tensor:
-    """``Σ_x band[p, x] (fq_p·fk_x) [exp(s_x − r_p)] v_x`` over the window of each query chunk
-    (plus ``fq_p·far_t`` when a far-field sum ``far`` is given).
+    far_kv: Tensor | None = None,
+    far_z: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """``num_p = Σ_x band[p, x] (fq_p·fk_x) [exp(s_x − r_p)] v_x`` over the window of each
+    query chunk and ``den_p``, the same without ``v_x`` (plus ``fq_p·far_kv_t`` and
+    ``fq_p·far_z_t`` when far-field sums are given).
 
     Window t holds the keys ``t·C − before … t·C − before + span − 1`` (zeros outside the
     sequence). Chunks are processed in blocks so that the score temporaries stay small.
 
     Args:
-        fq: ``(B, H, n·C, M)``; fk: ``(B, H, Lk, M)``; v: ``(B, H, Lk, E)``.
+        fq: ``(B, H, n·C, M)``; fk: ``(B, H, Lk, M)``; v: ``(B, H, Lk, Dv)``.
         band: ``(H, C, span)`` coefficients.
         s: ``(B, H, Lk)`` key log-scales and r: ``(B, H, n·C)`` query offsets, or None.
-        far: ``(B, H, n, M, E)`` or None.
+        far_kv: ``(B, H, n, M, Dv)`` and far_z: ``(B, H, n, M)``, or None.
 
     Returns:
-        ``(B, H, n·C, E)``.
+        ``num (B, H, n·C, Dv)`` and ``den (B, H, n·C, 1)``.
     """
     b, h, lq, _ = fq.shape
     c, span = band.shape[1:]
@@ -104,13 +106,16 @@ def _window_sums(
     per_block = max(1, _BAND_BLOCK_ELEMENTS // (b * h * c * span))
     chunks = fq.unflatten(2, (n, c))  # (B, H, n, C, M)
     # the far-field part of every chunk first; blocks of the band add to it
-    out = chunks @ far if far is not None else fq.new_zeros(b, h, n, c, v.shape[-1])
-    parts = []
+    if far_kv is not None and far_z is not None:
+        num, den = chunks @ far_kv, chunks @ far_z[..., None]
+    else:
+        num, den = fq.new_zeros(b, h, n, c, v.shape[-1]), fq.new_zeros(b, h, n, c, 1)
+    parts: list[tuple[Tensor, Tensor]] = []
     for t0 in range(0, n, per_block):
         t1 = min(n, t0 + per_block)
         keys = slice(t0 * c, (t1 - 1) * c + span)
         fk_w = fk[:, :, keys].unfold(2, span, c)  # (B, H, nb, M, span)
-        v_w = v[:, :, keys].unfold(2, span, c).transpose(-1, -2)  # (B, H, nb, span, E)
+        v_w = v[:, :, keys].unfold(2, span, c).transpose(-1, -2)  # (B, H, nb, span, Dv)
         scores = chunks[:, :, t0:t1] @ fk_w  # (B, H, nb, C, span)
         if s is not None and r is not None:
             s_w = s[:, :, keys].unfold(2, span, c)  # (B, H, nb, span)
@@ -119,12 +124,16 @@ def _window_sums(
             scores = scores * weight if grad else scores.mul_(weight)
         weight = band[:, None]  # (H, 1, C, span)
         if grad:
-            parts.append((scores * weight) @ v_w)
+            scores = scores * weight
+            parts.append((scores @ v_w, scores.sum(dim=-1, keepdim=True)))
         else:
-            out[:, :, t0:t1].add_(scores.mul_(weight) @ v_w)
+            scores = scores.mul_(weight)
+            num[:, :, t0:t1].add_(scores @ v_w)
+            den[:, :, t0:t1].add_(scores.sum(dim=-1, keepdim=True))
     if parts:
-        out = out + (parts[0] if len(parts) == 1 else torch.cat(parts, dim=2))
-    return out.flatten(2, 3)
+        num = num + torch.cat([p[0] for p in parts], dim=2)
+        den = den + torch.cat([p[1] for p in parts], dim=2)
+    return num.flatten(2, 3), den.flatten(2, 3)
 
 
 def banded_linear_attention(
@@ -200,23 +209,24 @@ def _bidirectional_banded(
     before = left - 1
     k = -(-(c + left + right - 2) // c)
     n_keys = max(n + k - 1, -(-(lk + before) // c))
+    n_keys = -(-n_keys // _SCAN_GROUP) * _SCAN_GROUP  # whole groups for the scan
     keys = slice(before, before + lk)
     scale = None if s is None else key_scales(s)[..., None]
     fk_pad = _zero_padded(fk, keys, n_keys * c, scale=scale)
-    v_pad = _zero_padded(v, keys, n_keys * c, extra_column=True)  # [v, 1]: sums the weights
+    v_pad = _zero_padded(v, keys, n_keys * c)
     # far field: key chunks entirely left (right) of the window, by prefix (suffix) sums
-    chunk_sums = fk_pad.unflatten(2, (n_keys, c)).transpose(-1, -2) @ v_pad.unflatten(
-        2, (n_keys, c)
-    )  # (B, H, n_keys, M, Dv+1)
-    prefix, suffix = _prefix_and_suffix_sums(chunk_sums.flatten(3))  # chunks < t, chunks >= t
-    prefix = prefix[:, :, :n].unflatten(3, (m, dv + 1))
-    suffix = F.pad(suffix[:, :, k : k + n], (0, 0, 0, max(0, n - (n_keys - k))))
-    suffix = suffix.unflatten(3, (m, dv + 1))
-    far = (prefix * coeff[:, 0, None, None, None]).addcmul_(suffix, coeff[:, -1, None, None, None])
+    fk_chunks = fk_pad.unflatten(2, (n_keys, c))  # (B, H, n_keys, C, M)
+    chunk_kv = fk_chunks.transpose(-1, -2) @ v_pad.unflatten(2, (n_keys, c))  # (.., M, Dv)
+    cl, cr = coeff[:, 0, None, None], coeff[:, -1, None, None]
+    far = []
+    for sums in (chunk_kv.flatten(3), fk_chunks.sum(dim=3)):  # Σ φ(k) vᵀ and Σ φ(k)
+        prefix, suffix = _prefix_and_suffix_sums(sums)  # chunks < t, chunks >= t
+        suffix = F.pad(suffix[:, :, k : k + n], (0, 0, 0, max(0, n - (n_keys - k))))
+        far.append((prefix[:, :, :n] * cl).addcmul_(suffix, cr))
+    far_kv, far_z = far[0].unflatten(3, (m, dv)), far[1]
     band = _band_matrix(coeff, left, c, k * c, before)  # (H, C, span): the exact band
     fq = F.pad(fq, (0, 0, 0, n * c - lq))
-    sums = _window_sums(fq, fk_pad, v_pad, band, 0, far=far)
-    return sums[..., :dv], sums[..., dv:]
+    return _window_sums(fq, fk_pad, v_pad, band, 0, far_kv=far_kv, far_z=far_z)
 
 
 def _zero_padded(
@@ -225,28 +235,28 @@ def _zero_padded(
     length: int,
     *,
     scale: Tensor | None = None,
-    extra_column: bool = False,
 ) -> Tensor:
     """``x (B, H, L, F)`` (times ``scale`` if given) at positions ``keys`` of a zero tensor of
-    ``length`` positions, plus a column of ones after the last feature when ``extra_column``;
-    only the padding is zero-filled."""
+    ``length`` positions; only the padding is zero-filled."""
     b, h, _, f = x.shape
-    out = x.new_empty(b, h, length, f + int(extra_column))
+    out = x.new_empty(b, h, length, f)
     out[:, :, : keys.start].zero_()
     out[:, :, keys.stop :].zero_()
-    inside = out[:, :, keys, :f]
+    inside = out[:, :, keys]
     if scale is None:
         inside.copy_(x)
     elif torch.is_grad_enabled():
         inside.copy_(x * scale)
     else:
         torch.mul(x, scale, out=inside)
-    if extra_column:
-        out[:, :, keys, f] = 1.0
     return out
 
 
-def _prefix_and_suffix_sums(x: Tensor, group: int = 8) -> tuple[Tensor, Tensor]:
+#: entries per group of the blocked scan in :func:`_prefix_and_suffix_sums`
+_SCAN_GROUP = 8
+
+
+def _prefix_and_suffix_sums(x: Tensor, group: int = _SCAN_GROUP) -> tuple[Tensor, Tensor]:
     """``Σ_{u' < u} x_u'`` and ``Σ_{u' >= u} x_u'`` along dim 2 of ``x (B, H, U, F)``.
 
     A blocked scan: triangular matmuls inside groups of ``group`` entries and cumulative
@@ -254,7 +264,9 @@ def _prefix_and_suffix_sums(x: Tensor, group: int = 8) -> tuple[Tensor, Tensor]:
     """
     b, h, u, f = x.shape
     g = -(-u // group)
-    xs = F.pad(x, (0, 0, 0, g * group - u)).view(b, h, g, group, f)
+    if g * group != u:
+        x = F.pad(x, (0, 0, 0, g * group - u))
+    xs = x.view(b, h, g, group, f)
     ones = torch.ones(group, group, device=x.device, dtype=x.dtype)
     tri = torch.cat([ones.tril(-1), ones.triu()], dim=0)  # (2·group, group)
     within = tri @ xs  # (B, H, g, 2·group, F): exclusive prefix, inclusive suffix in the group
@@ -277,8 +289,7 @@ def _causal_banded(
     n: int,
     block_size: int,
 ) -> tuple[Tensor, Tensor]:
-    b, h, lq, _ = fq.shape
-    dv = v.shape[-1]
+    lq = fq.shape[2]
     past = log_coeff[:, : left + 1]  # offsets −left…0
     coeff = torch.exp(past - past.detach().amax(dim=-1, keepdim=True))  # (H, left+1)
     # c_L everywhere (causal linear attention with running-max offsets r_i) ...
@@ -290,18 +301,17 @@ def _causal_banded(
     span = c + before
     band = F.pad(coeff - coeff[:, :1], (0, 1))  # offsets −left…1; offset 1 (future) → 0
     band = _band_matrix(band, left, c, span, before)  # (H, C, span)
-    v_ext = torch.cat([v, v.new_ones(b, h, lq, 1)], dim=-1)
     padded = (0, n * c - lq)
-    sums = _window_sums(
+    band_num, band_den = _window_sums(
         F.pad(fq, (0, 0, *padded)),
         fk,
-        v_ext,
+        v,
         band,
         before,
         s=s,
         r=None if r is None else F.pad(r, padded),
-    )[:, :, :lq]
-    return num + sums[..., :dv], den + sums[..., dv:]
+    )
+    return num + band_num[:, :, :lq], den + band_den[:, :, :lq]
 
 
 class BandedState(NamedTuple):
