@@ -122,6 +122,9 @@ def rows_to_markdown(rows: list[SweepRow]) -> str:
     return "\n".join(lines)
 
 
+_TITLES = {"nprf": "NPRF (q, k normalised: the R curves coincide)"}
+
+
 def plot_norm_sweep(rows: list[SweepRow], path: Path, caption: str = "") -> Path | None:
     """Error against M, one line per R, one panel per variant (log-log). None without
     matplotlib (``pip install kattn[plot]``)."""
@@ -149,7 +152,7 @@ def plot_norm_sweep(rows: list[SweepRow], path: Path, caption: str = "") -> Path
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("number of random features M")
-        ax.set_title(variant.upper())
+        ax.set_title(_TITLES.get(variant, variant.upper()), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("‖A − Â‖₁ (one attention row)")
     axes[-1].legend(fontsize=8)
