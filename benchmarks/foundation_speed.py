@@ -19,8 +19,6 @@ Results go to ``benchmarks/results/foundation-<machine>-torch<version>-kattn<ver
 from __future__ import annotations
 
 import argparse
-import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +26,13 @@ import torch
 import torch.nn.functional as F
 
 import kattn
-from kattn.bench import interleaved_rounds, machine_info, peak_memory_bytes
+from kattn.bench import (
+    interleaved_rounds,
+    machine_info,
+    peak_memory_bytes,
+    results_stem,
+    write_results,
+)
 from kattn.functional import linear_attention_cumsum, linear_attention_reference
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -146,16 +150,8 @@ def main() -> None:
         "targets": TARGETS,
         "peak_memory_bytes": memory,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^a-z0-9]+", "-", info["processor"].lower()).strip("-")
-    stem = f"foundation-cpu-{slug}-torch{torch.__version__.split('+')[0]}-kattn{kattn.__version__}"
-    if args.quick:
-        stem += "-quick"
-    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    markdown = render(report)
-    (args.out / f"{stem}.md").write_text(markdown)
-    print("\n" + markdown)
-    print(f"written: {args.out / stem}.{{json,md}}")
+    stem = results_stem("foundation", info) + ("-quick" if args.quick else "")
+    write_results(args.out, stem, report, render(report))
 
 
 def render(report: dict) -> str:

@@ -19,8 +19,6 @@ Times are medians of interleaved rounds (see ``kattn.bench.interleaved_rounds``)
 from __future__ import annotations
 
 import argparse
-import json
-import re
 import statistics
 import time
 from collections.abc import Callable
@@ -29,7 +27,7 @@ from pathlib import Path
 import torch
 
 import kattn
-from kattn.bench import interleaved_rounds, machine_info
+from kattn.bench import interleaved_rounds, machine_info, results_stem, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 D, M = 64, 32
@@ -188,16 +186,8 @@ def main() -> None:
         "decode_seconds_per_token": decode,
         "targets": TARGETS,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    slug = re.sub(r"[^a-z0-9]+", "-", info["processor"].lower()).strip("-")
-    stem = f"rpe-cpu-{slug}-torch{torch.__version__.split('+')[0]}-kattn{kattn.__version__}"
-    if args.quick:
-        stem += "-quick"
-    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    markdown = render(report)
-    (args.out / f"{stem}.md").write_text(markdown)
-    print("\n" + markdown)
-    print(f"written: {args.out / stem}.{{json,md}}")
+    stem = results_stem("rpe", info) + ("-quick" if args.quick else "")
+    write_results(args.out, stem, report, render(report))
 
 
 def render(report: dict) -> str:

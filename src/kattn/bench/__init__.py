@@ -8,6 +8,8 @@ from .timing import (
     machine_info,
     measure_time,
     peak_memory_bytes,
+    results_stem,
+    write_results,
 )
 
 __all__ = [
@@ -20,4 +22,6 @@ __all__ = [
     "machine_info",
     "measure_time",
     "peak_memory_bytes",
+    "results_stem",
+    "write_results",
 ]

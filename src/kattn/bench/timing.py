@@ -6,12 +6,15 @@ allocator's peak on GPU and the peak of tracked tensor allocations (PyTorch prof
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import re
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -148,3 +151,24 @@ def interleaved_rounds(
             )
     medians = {name: statistics.median(times) for name, times in per_round.items()}
     return Rounds(medians, per_round, repeats)
+
+
+def results_stem(benchmark: str, info: dict[str, Any], device: str = "cpu") -> str:
+    """File stem of a benchmark's results: ``<benchmark>-<device>-<processor>-torch<version>-
+    kattn<version>`` (lower-case, dashes)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", str(info["processor"]).lower()).strip("-")
+    torch_version = str(info["torch"]).split("+")[0]
+    return f"{benchmark}-{device}-{slug}-torch{torch_version}-kattn{info['kattn']}"
+
+
+def write_results(
+    out: Path, stem: str, report: dict[str, Any], markdown: str, *, log: bool = True
+) -> Path:
+    """Write ``<stem>.json`` (everything) and ``<stem>.md`` (the table) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(markdown)
+    if log:
+        print("\n" + markdown)
+        print(f"written: {out / stem}.{{json,md}}")
+    return out / stem
