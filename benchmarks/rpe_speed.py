@@ -53,7 +53,7 @@ def inputs(length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
 def models(max_len: int) -> dict[str, kattn.Attention]:
     prf = {"feature_map": "prf"}
     return {
-        "fft": build("kernelized", max_len, rpe="toeplitz", **prf).eval(),
+        "fft": build("kernelized", max_len, rpe="toeplitz", rpe_method="fft", **prf).eval(),
         "dense": build("kernelized", max_len, rpe="toeplitz", rpe_method="dense", **prf).eval(),
         "banded": build("kernelized", max_len, rpe="bucketed", max_distance=128, **prf).eval(),
         "banded dense": build(

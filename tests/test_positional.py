@@ -28,7 +28,7 @@ def randomize(attn, seed=1):
 
 
 METHODS = {
-    "toeplitz": ("fft",),
+    "toeplitz": ("auto", "fft"),
     "bucketed": ("banded", "fft"),
     "decay": ("recurrent", "fft"),
 }
@@ -126,6 +126,29 @@ def test_recurrent_steps_equal_the_causal_forward(rpe):
         out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
         outs.append(out)
     assert_close(torch.cat(outs, dim=2), full)
+
+
+def test_auto_method_picks_dense_for_small_problems_and_fft_beyond():
+    from kattn.positional import base
+
+    attn = randomize(build(feature_map="prf", rpe="toeplitz"))
+    assert attn.rpe.method == "auto"
+    q, k, v = qkv(lq=33)
+    calls = []
+    for name in ("_attend_dense", "_attend_fft"):
+        original = getattr(attn.rpe, name)
+        setattr(
+            attn.rpe, name, lambda *a, _o=original, _n=name, **kw: calls.append(_n) or _o(*a, **kw)
+        )
+    small = attn(q, k, v)
+    limit = base.AUTO_DENSE_ELEMENTS
+    try:
+        base.AUTO_DENSE_ELEMENTS = 0
+        large = attn(q, k, v)
+    finally:
+        base.AUTO_DENSE_ELEMENTS = limit
+    assert calls == ["_attend_dense", "_attend_fft"]
+    assert_close(small, large)
 
 
 def test_toeplitz_decoding_stops_at_max_len():

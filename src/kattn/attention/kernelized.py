@@ -269,7 +269,8 @@ register_mechanism(
     "relative bias per offset, computed by FFT.",
     reference="Luo et al., Stable, Fast and Accurate: Kernelized Attention with Relative "
     "Positional Encoding, NeurIPS 2021",
-    complexity="O(L log L·M·Dv) time, O(L·M·Dv) memory in bounded blocks; decoding O(t·(M+Dv))",
+    complexity="O(L log L·M·Dv) by FFT in bounded blocks (dense O(L²·M) for short sequences); "
+    "decoding O(t·(M+Dv))",
 )
 register_mechanism(
     "prf_rpe",
@@ -279,7 +280,8 @@ register_mechanism(
     "(no q/k normalisation).",
     reference="Luo et al., Stable, Fast and Accurate: Kernelized Attention with Relative "
     "Positional Encoding, NeurIPS 2021",
-    complexity="O(L log L·M·Dv) time, O(L·M·Dv) memory in bounded blocks; decoding O(t·(M+Dv))",
+    complexity="O(L log L·M·Dv) by FFT in bounded blocks (dense O(L²·M) for short sequences); "
+    "decoding O(t·(M+Dv))",
 )
 register_mechanism(
     "linear",

@@ -14,6 +14,10 @@ from ..functional.masks import allowed_keys
 from ..functional.numerics import DEFAULT_EPS, log_floor, prepare_linear_inputs
 from ..functional.toeplitz import rpe_linear_attention_fft, toeplitz_dense
 
+#: ``method="auto"`` uses the dense O(Lq·Lk) form up to this many kernel entries (B·H·Lq·Lk),
+#: the FFT beyond (on the CPU the FFT wins from L ≈ 2048–4096 at M = 32, see docs/rpe.md)
+AUTO_DENSE_ELEMENTS = 1 << 22
+
 
 class RelativePositionBias(nn.Module):
     """Positional weights ``c_{j−i} = exp(b_{j−i}) > 0`` that multiply the kernel of kernelized
@@ -105,9 +109,13 @@ class RelativePositionBias(nn.Module):
             "key_padding_mask": key_padding_mask,
             "eps": eps,
         }
-        if self.method == "dense":
+        method = self.method
+        if method == "auto":  # the dense form is faster than the FFT for small problems
+            size = phi_q.shape[0] * phi_q.shape[1] * lq * lk
+            method = "dense" if size <= AUTO_DENSE_ELEMENTS else "fft"
+        if method == "dense":
             return self._attend_dense(phi_q, phi_k, v, **common)
-        if self.method == "fft":
+        if method == "fft":
             return self._attend_fft(phi_q, phi_k, v, convex=positive_features, **common)
         return self._attend_fast(phi_q, phi_k, v, chunk_size=chunk_size, block_size=block_size,
                                  **common)  # fmt: skip

@@ -25,12 +25,13 @@ class ToeplitzBias(WindowDecoding, RelativePositionBias):
     ``j − i + max_len − 1``. Initialised to 0 (the attention starts as plain kernelized
     attention).
 
-    Methods: ``"fft"`` (O(L log L·M·Dv), Algorithm 1) or ``"dense"`` (O(L²)). Decoding keeps
+    Methods: ``"auto"`` (default: ``"dense"`` while ``B·H·Lq·Lk <= 2^22``, else ``"fft"``),
+    ``"fft"`` (O(L log L·M·Dv), Algorithm 1) or ``"dense"`` (O(L²)). Decoding keeps
     every past token (like a key/value cache: O(t·(M + Dv)) for token t), up to ``max_len``.
     """
 
     needs_max_len = True
-    methods = ("fft", "dense")
+    methods = ("auto", "fft", "dense")
 
     def __init__(self, *, num_heads: int, max_len: int | None = None, method: str | None = None):
         super().__init__(num_heads=num_heads, max_len=max_len, method=method)
@@ -72,12 +73,13 @@ class Toeplitz2dBias(RelativePositionBias):
 
     ``bias`` has shape ``(H, 2h − 1, 2w − 1)``, entry ``[Δrow + h − 1, Δcol + w − 1]``,
     initialised to 0. Sequences must have ``h·w`` tokens (no cross-attention). Methods:
-    ``"fft"`` (2-D FFT) or ``"dense"``. Causal order is row-major; no recurrent form.
+    ``"auto"`` (as for ``ToeplitzBias``), ``"fft"`` (2-D FFT) or ``"dense"``. Causal order is
+    row-major; no recurrent form.
     """
 
     supports_recurrent = False
     supports_cross = False
-    methods = ("fft", "dense")
+    methods = ("auto", "fft", "dense")
 
     def __init__(
         self,
