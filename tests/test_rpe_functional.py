@@ -19,6 +19,7 @@ from kattn.functional.decay import (
     decay_step,
 )
 from kattn.functional.linear import linear_attention_reference
+from kattn.functional.linear_causal import causal_linear_sums, linear_attention_prefill
 from kattn.functional.toeplitz import (
     circulant_embedding,
     clamp_to_value_range,
@@ -300,8 +301,9 @@ def test_decay_offsets_follow_the_decay():
     s[..., 1:] += torch.randn(length - 1, generator=g)
     log_alpha = torch.zeros(1, 2, 1)
     log_gamma = torch.full((1, 2, 1), math.log(0.75))
-    out = decay_linear_attention(fq, fk, v, log_alpha, log_gamma, causal=True, k_log_scale=s,
-                                 chunk_size=16, eps=EPS)  # fmt: skip
+    out = decay_linear_attention(
+        fq, fk, v, log_alpha, log_gamma, causal=True, k_log_scale=s, chunk_size=16, eps=EPS
+    )
     log_c = decay_log_coefficients(log_alpha.double(), log_gamma.double(), length, length)
     coeff = toeplitz_dense(log_c.exp(), length, length)
     fq64, fk64, v64, s64 = (x.double() for x in (fq, fk, v, s))
@@ -329,8 +331,80 @@ def test_fft_with_positive_weights_stays_in_the_value_range_in_half_precision():
     s[..., 40:] = 60.0  # rows before 40 carry weights far below the largest ones
     log_c = torch.randn(H, 127)
     for dtype in (torch.float16, torch.bfloat16):
-        out = rpe_linear_attention_fft(fq.to(dtype), fk.to(dtype), v.to(dtype), log_c,
-                                       k_log_scale=s, convex=True, eps=EPS,
-                                       fft_dtype=torch.float32)  # fmt: skip
+        out = rpe_linear_attention_fft(
+            fq.to(dtype),
+            fk.to(dtype),
+            v.to(dtype),
+            log_c,
+            k_log_scale=s,
+            convex=True,
+            eps=EPS,
+            fft_dtype=torch.float32,
+        )
         assert torch.isfinite(out).all()
         assert (out.float().abs() <= v.abs().amax(dim=2, keepdim=True) + 1e-2).all()
+
+
+@pytest.mark.parametrize("prompt", [7, 9, 12])
+def test_decay_state_after_a_prompt_continues_exactly(prompt):
+    """The state after a chunked prompt (length not a multiple of the chunk) continues with
+    steps as if every token had been stepped."""
+    fq, fk, v, s = (x.detach() for x in inputs(15, 15, spread=3.0))
+    log_alpha, log_gamma = torch.randn(H, 2, 2, dtype=torch.float64), -torch.rand(H, 2, 2) - 0.1
+    full = decay_linear_attention(
+        fq, fk, v, log_alpha, log_gamma, causal=True, k_log_scale=s, eps=EPS
+    )
+    rep = lambda x: x.unsqueeze(2).expand(B, H, 2, *x.shape[2:]).reshape(B, H * 2, *x.shape[2:])  # noqa: E731
+    p = slice(0, prompt)
+    _, _, _, state = causal_linear_sums(
+        rep(fq[:, :, p]),
+        rep(fk[:, :, p]),
+        rep(v[:, :, p]),
+        rep(s[:, :, p]),
+        log_decay=log_gamma[:, 0].reshape(1, -1),
+        chunk_size=4,
+    )
+    rest = slice(prompt, 15)
+    steps = run_steps(
+        decay_step,
+        state,
+        fq[:, :, rest],
+        fk[:, :, rest],
+        v[:, :, rest],
+        s[:, :, rest],
+        log_alpha=log_alpha,
+        log_gamma=log_gamma,
+    )
+    assert_close(steps, full[:, :, rest])
+
+
+def test_causal_band_with_a_large_far_coefficient_keeps_fp32_precision():
+    fq, fk, v, s = (x.detach() for x in inputs(64, 64))
+    log_c = torch.zeros(H, 17, dtype=torch.float64)
+    log_c[:, 0] = 15.0  # the far-left coefficient e^15 times the band's
+    out = banded_linear_attention(
+        *(x.float() for x in (fq, fk, v)),
+        log_c.float(),
+        8,
+        causal=True,
+        k_log_scale=s.float(),
+        chunk_size=16,
+        eps=EPS,
+    )
+    coeff = toeplitz_dense(banded_log_coefficients(log_c, 8, 64, 64).exp(), 64, 64)
+    ref = reference(fq, fk, v, s, coeff, causal=True, mask=None)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_prefill_without_log_scales_from_a_state_that_has_them():
+    fq, fk, v, s = (x.detach() for x in inputs(8, 8))
+    s = s + 5.0
+    _, state = linear_attention_prefill(
+        fq[:, :, :4], fk[:, :, :4], v[:, :, :4], k_log_scale=s[:, :, :4]
+    )
+    out, _ = linear_attention_prefill(fq[:, :, 4:], fk[:, :, 4:], v[:, :, 4:], state)
+    zeros = torch.zeros_like(s[:, :, 4:])
+    ref = linear_attention_reference(
+        fq, fk * torch.exp(torch.cat([s[:, :, :4], zeros], 2))[..., None], v, causal=True
+    )
+    assert_close(out, ref[:, :, 4:])

@@ -7,8 +7,8 @@ matrix is a band plus two constants. So
 
 * the band is computed exactly, query chunk by query chunk against a window of keys;
 * the far field is ``c_L·Σ_{far left} φ(k_j) v_jᵀ + c_R·Σ_{far right} φ(k_j) v_jᵀ``: prefix and
-  suffix sums of per-chunk sums (non-causal), or ``c_L`` times causal linear attention plus
-  the band's correction ``c_{j−i} − c_L`` (causal);
+  suffix sums of per-chunk sums (non-causal), or ``c_L`` times causal linear attention over
+  the keys delayed by ``left`` positions (causal);
 
 in O(L·((left + right)·(M + Dv) + M·Dv)) time instead of the FFT's O(L log L·M·Dv), with the
 same result. :func:`banded_step` decodes with a window of the last ``left`` tokens and one
@@ -292,14 +292,25 @@ def _causal_banded(
     lq = fq.shape[2]
     past = log_coeff[:, : left + 1]  # offsets −left…0
     coeff = torch.exp(past - past.detach().amax(dim=-1, keepdim=True))  # (H, left+1)
-    # c_L everywhere (causal linear attention with running-max offsets r_i) ...
-    num, den, r, _ = causal_linear_sums(fq, fk, v, s, chunk_size=c, block_size=block_size)
+    # far keys j <= i − left, weighted c_L: causal linear attention over the keys delayed by
+    # `left` positions (kept apart from the band, so a large c_L cancels nothing)
+    delay = min(left, lq)
+    fk_far, v_far = (F.pad(x, (0, 0, delay, 0))[:, :, :lq] for x in (fk, v))
+    s_far = None if s is None else F.pad(s, (delay, 0), value=log_floor(s.dtype))[:, :, :lq]
+    num, den, r_far, _ = causal_linear_sums(
+        fq, fk_far, v_far, s_far, chunk_size=c, block_size=block_size
+    )
     c_left = coeff[:, 0][None, :, None, None]
-    num, den = (x * c_left for x in (num, den))
-    # ... plus (c_{j−i} − c_L) on the band −(left−1) <= j − i <= 0, in the same offsets r_i
+    r = None
+    if s is not None and r_far is not None:
+        # one offset per query for both parts: the running maximum of every key so far
+        r = torch.cummax(s.detach(), dim=-1).values
+        c_left = c_left * exp_nonpositive(r_far - r)[..., None]
+    num, den = num * c_left, den * c_left
+    # the band i − left < j <= i with its own coefficients, in the offsets r_i
     before = left - 1
     span = c + before
-    band = F.pad(coeff - coeff[:, :1], (0, 1))  # offsets −left…1; offset 1 (future) → 0
+    band = F.pad(coeff[:, 1:], (1, 1))  # offsets −left…1: 0 at −left (far) and at 1 (future)
     band = _band_matrix(band, left, c, span, before)  # (H, C, span)
     padded = (0, n * c - lq)
     band_num, band_den = _window_sums(

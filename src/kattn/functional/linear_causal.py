@@ -164,6 +164,10 @@ def causal_linear_sums(
     dv = v.shape[-1]
     if state is None:
         state = linear_attention_init_state(b, h, m, dv, device=fq.device, dtype=fq.dtype)
+    elif s is None:
+        # a given state may carry any offset: give these keys explicit log-scales 0 so that
+        # its sums are rescaled against them
+        s = fk.new_zeros(b, h, length)
     state = _checked_state(state, fk, dv)
     c = max(1, min(chunk_size, length))
     padded = -(-length // c) * c
@@ -201,6 +205,9 @@ def causal_linear_sums(
     if s is not None:
         r_all = (offsets[0] if len(offsets) == 1 else torch.cat(offsets, dim=1))[:, :length]
         r_all = r_all.reshape(b, h, length)
+    if g is not None and padded != length:
+        # the state after the padded end carries γ^pad too much: fold it into the offset
+        offset = offset - g * (padded - length)
     final = LinearState(kv.view(b, h, m, dv), z.view(b, h, m), offset.view(b, h))
     return num.reshape(b, h, length, dv), den.reshape(b, h, length, 1), r_all, final
 
