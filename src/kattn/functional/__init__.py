@@ -11,8 +11,8 @@ from .linear_causal import (
     linear_attention_chunked,
     linear_attention_init_state,
     linear_attention_prefill,
-    linear_attention_step,
 )
+from .linear_step import linear_attention_step
 from .masks import allowed_keys
 from .numerics import accumulation_dtype, exp_nonpositive, guard_normaliser
 from .softmax import softmax_attention, softmax_attention_reference

@@ -11,16 +11,14 @@ matrix is a band plus two constants. So
   the keys delayed by ``left`` positions (causal);
 
 in O(L·((left + right)·(M + Dv) + M·Dv)) time instead of the FFT's O(L log L·M·Dv), with the
-same result. :func:`banded_step` decodes with a window of the last ``left`` tokens and one
-linear-attention state for the rest.
+same result. :func:`~kattn.functional.banded_step.banded_step` decodes with a window of the
+last ``left`` tokens and one linear-attention state for the rest.
 
 Coefficients are given as log-coefficients ``(H, left + right + 1)`` of the offsets
 ``−left…right``; the first and the last hold for every offset beyond.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -29,10 +27,7 @@ from torch import Tensor
 from .linear_causal import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_CHUNK_SIZE,
-    LinearState,
     causal_linear_sums,
-    causal_step_sums,
-    linear_attention_init_state,
 )
 from .numerics import (
     DEFAULT_EPS,
@@ -323,95 +318,3 @@ def _causal_banded(
         r=None if r is None else F.pad(r, padded),
     )
     return num + band_num[:, :, :lq], den + band_den[:, :, :lq]
-
-
-class BandedState(NamedTuple):
-    """Decoding state of banded attention: the last ``left`` tokens and the rest summed.
-
-    Attributes:
-        far: linear-attention state of the tokens beyond the window.
-        keys: ``(B, H, w, M)``, values ``(B, H, w, Dv)``, log_scales ``(B, H, w)``: the window
-            (oldest first, ``w <= left``).
-    """
-
-    far: LinearState
-    keys: Tensor
-    values: Tensor
-    log_scales: Tensor
-
-
-def banded_init_state(
-    batch_size: int,
-    num_heads: int,
-    num_features: int,
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype = torch.float32,
-) -> BandedState:
-    """The state before any token."""
-    far = linear_attention_init_state(
-        batch_size, num_heads, num_features, 0, device=device, dtype=dtype
-    )
-    acc = far.kv.dtype
-    return BandedState(
-        far,
-        torch.zeros(batch_size, num_heads, 0, num_features, device=device, dtype=acc),
-        torch.zeros(batch_size, num_heads, 0, 0, device=device, dtype=acc),
-        torch.zeros(batch_size, num_heads, 0, device=device, dtype=acc),
-    )
-
-
-def banded_step(
-    phi_q: Tensor,
-    phi_k: Tensor,
-    v: Tensor,
-    state: BandedState,
-    log_coeff: Tensor,
-    left: int,
-    *,
-    k_log_scale: Tensor | None = None,
-    eps: float = DEFAULT_EPS,
-) -> tuple[Tensor, BandedState]:
-    """One causal token in O(left·(M + Dv) + M·Dv), whatever its position.
-
-    Args:
-        phi_q, phi_k: ``(B, H, 1, M)``; v: ``(B, H, 1, Dv)``; k_log_scale: ``(B, H, 1)``.
-        state: from :func:`banded_init_state` or the previous step.
-        log_coeff, left: as for :func:`banded_linear_attention` (offsets ``−left…0`` used).
-    """
-    if not isinstance(state, BandedState):
-        raise ValueError(
-            f"state must be a BandedState (from init_state), got {type(state).__name__}"
-        )
-    fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, None)
-    if s is None:
-        s = fk.new_zeros(fk.shape[:-1])
-    far, keys, values, log_scales = state
-    if values.shape[-1] == 0:
-        values = values.new_zeros(*values.shape[:-1], v32.shape[-1])
-    kv = far.kv.to(fq.dtype)
-    if kv.shape[-1] == 0:
-        kv = kv.new_zeros(*kv.shape[:-1], v32.shape[-1])
-    far = LinearState(kv, far.k_sum.to(fq.dtype), far.offset.to(fq.dtype))
-    if keys.shape[2] == left:  # the oldest token leaves the window for the far sums
-        _, _, far = causal_step_sums(
-            fq, keys[:, :, :1], values[:, :, :1], log_scales[:, :, :1], far
-        )
-        keys, values, log_scales = keys[:, :, 1:], values[:, :, 1:], log_scales[:, :, 1:]
-    keys = torch.cat([keys.to(fq.dtype), fk], dim=2)
-    values = torch.cat([values.to(fq.dtype), v32], dim=2)
-    log_scales = torch.cat([log_scales.to(fq.dtype), s], dim=2)
-    w = keys.shape[2]
-    past = log_coeff[:, : left + 1].to(fq.dtype)  # offsets −left…0, shifted (it cancels)
-    past = past - past.detach().amax(dim=-1, keepdim=True)
-    # one offset for the window and the far sums: the largest log-scale of either
-    top = torch.maximum(far.offset, log_scales.detach().amax(dim=-1))  # (B, H)
-    weights = (fq @ keys.transpose(-1, -2))[:, :, 0]  # (B, H, w)
-    weights = weights * torch.exp(past[:, left + 1 - w :] + log_scales - top[..., None])
-    num = (weights[:, :, None, :] @ values)[:, :, 0]  # (B, H, Dv)
-    den = weights.sum(dim=-1, keepdim=True)
-    to_top = exp_nonpositive(far.offset - top)[..., None] * past[:, 0].exp()[:, None]
-    num = num + to_top * (fq @ far.kv)[:, :, 0]
-    den = den + to_top * (fq @ far.k_sum[..., None])[:, :, 0]
-    out = (num / guard_normaliser(den, eps))[:, :, None].to(v.dtype)
-    return out, BandedState(far, keys, values, log_scales)

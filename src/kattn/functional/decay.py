@@ -25,9 +25,9 @@ from .linear_causal import (
     DEFAULT_CHUNK_SIZE,
     LinearState,
     causal_linear_sums,
-    causal_step_sums,
     linear_attention_init_state,
 )
+from .linear_step import causal_step_sums
 from .numerics import DEFAULT_EPS, guard_normaliser, log_floor
 from .numerics import prepare_linear_inputs as _prepare
 

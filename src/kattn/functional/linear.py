@@ -13,7 +13,7 @@ Paths (each equal to :func:`linear_attention_reference`):
 
 * :func:`linear_attention_parallel` — non-causal, O(L·M·Dv).
 * :func:`~kattn.functional.linear_causal.linear_attention_chunked` — causal, chunkwise parallel.
-* :func:`~kattn.functional.linear_causal.linear_attention_step` — one recurrent step.
+* :func:`~kattn.functional.linear_step.linear_attention_step` — one recurrent step.
 * :func:`linear_attention_cumsum` — the textbook causal prefix sum, which materialises an
   ``(L, M, Dv)`` tensor; kept as a second reference and as a benchmark baseline.
 """

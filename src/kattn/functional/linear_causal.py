@@ -9,7 +9,8 @@ Query i sees keys j <= i: ``z_i = φ(q_i)·S_i / φ(q_i)·z_i`` with ``S_i = Σ_
   hand the state on, so temporaries stay small and cache-resident.
 * :func:`linear_attention_prefill` — the same from a given :class:`LinearState`, returning
   the state after the last token (prompt processing before decoding).
-* :func:`linear_attention_step` — one token, O(M·Dv) whatever the position.
+* :func:`~kattn.functional.linear_step.linear_attention_step` — one token, O(M·Dv) whatever
+  the position.
 
 With key log-scales ``s_j`` (see :mod:`kattn.functional.linear`) every query i uses the
 running maximum ``r_i = max_{j<=i} s_j`` as its key offset, and states are rescaled between
@@ -77,7 +78,7 @@ def linear_attention_init_state(
     )
 
 
-def _checked_state(state: LinearState, fk: Tensor, dv: int) -> LinearState:
+def checked_state(state: LinearState, fk: Tensor, dv: int) -> LinearState:
     """Validate ``state`` against keys ``(B, H, L, M)``; give an empty kv its value dim."""
     if not isinstance(state, LinearState):
         raise ValueError(
@@ -168,7 +169,7 @@ def causal_linear_sums(
         # a given state may carry any offset: give these keys explicit log-scales 0 so that
         # its sums are rescaled against them
         s = fk.new_zeros(b, h, length)
-    state = _checked_state(state, fk, dv)
+    state = checked_state(state, fk, dv)
     c = max(1, min(chunk_size, length))
     padded = -(-length // c) * c
     if padded != length:
@@ -366,51 +367,3 @@ def _exp_capped(x: Tensor) -> Tensor:
 def _decay(g: Tensor, lag: Tensor) -> Tensor:
     """``γ^lag = exp(g·lag)`` for log-decays ``g (N,)`` and lags ``>= 0``: shape ``(N, *lag)``."""
     return exp_nonpositive(g.view(-1, *([1] * lag.dim())) * lag)
-
-
-def linear_attention_step(
-    phi_q: Tensor,
-    phi_k: Tensor,
-    v: Tensor,
-    state: LinearState,
-    *,
-    k_log_scale: Tensor | None = None,
-    eps: float = DEFAULT_EPS,
-) -> tuple[Tensor, LinearState]:
-    """One causal step, O(M·Dv) time and memory whatever the position.
-
-    Args:
-        phi_q, phi_k: ``(B, H, 1, M)``; v: ``(B, H, 1, Dv)``; k_log_scale: ``(B, H, 1)``.
-        state: the state after the previous tokens.
-
-    Returns:
-        The output ``(B, H, 1, Dv)`` and the state including this token.
-    """
-    fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, None)
-    num, den, state = causal_step_sums(fq, fk, v32, s, state)
-    return (num / guard_normaliser(den, eps)).to(v.dtype), state
-
-
-def causal_step_sums(
-    fq: Tensor,
-    fk: Tensor,
-    v: Tensor,
-    s: Tensor | None,
-    state: LinearState,
-    *,
-    log_decay: Tensor | None = None,
-) -> tuple[Tensor, Tensor, LinearState]:
-    """The unnormalised sums of one step (see :func:`causal_linear_sums`), in the units of
-    the new state's offset: ``num (B, H, 1, Dv)``, ``den (B, H, 1, 1)``, the new state."""
-    kv, k_sum, offset = _checked_state(state, fk, v.shape[-1])
-    fk, v = fk[:, :, 0], v[:, :, 0]  # (B, H, M), (B, H, Dv)
-    s_t = fk.new_zeros(fk.shape[:-1]) if s is None else s[:, :, 0]  # (B, H); no scale: 0
-    # the state's offset, decayed by one step, against the new key (a decayed running max)
-    prev = offset if log_decay is None else offset + log_decay.to(fk.dtype).expand(offset.shape)
-    new_offset = torch.maximum(prev, s_t.detach())
-    decay = exp_nonpositive(prev - new_offset)[..., None]  # (B, H, 1)
-    fk = fk * exp_nonpositive(s_t - new_offset)[..., None]
-    kv, k_sum = kv * decay[..., None], k_sum * decay
-    kv = kv + fk[..., :, None] * v[..., None, :]
-    k_sum = k_sum + fk
-    return fq @ kv, fq @ k_sum[..., None], LinearState(kv, k_sum, new_offset)

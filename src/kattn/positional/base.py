@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..functional.banded import BandedState, banded_init_state
+from ..functional.banded_step import BandedState, banded_init_state
 from ..functional.linear import linear_attention_reference
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.masks import allowed_keys

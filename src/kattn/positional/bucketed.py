@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..functional.banded import BandedState, banded_linear_attention, banded_step
+from ..functional.banded import banded_linear_attention
+from ..functional.banded_step import BandedState, banded_step
 from ..functional.numerics import DEFAULT_EPS
 from .base import RelativePositionBias, WindowDecoding
 

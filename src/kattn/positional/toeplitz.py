@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..functional.banded import BandedState, banded_step
+from ..functional.banded_step import BandedState, banded_step
 from ..functional.numerics import DEFAULT_EPS
 from ..functional.toeplitz2d import (
     future_offsets2d,
