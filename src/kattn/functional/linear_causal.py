@@ -127,7 +127,10 @@ def linear_attention_prefill(
     num, den, _, final = causal_linear_sums(
         fq, fk, v32, s, state, chunk_size=chunk_size, block_size=block_size
     )
-    return (num / guard_normaliser(den, eps)).to(v.dtype), final
+    # (num is a fresh sum: divide in place when no graph needs it)
+    den = guard_normaliser(den, eps)
+    out = num / den if torch.is_grad_enabled() else num.div_(den)
+    return out.to(v.dtype), final
 
 
 def causal_linear_sums(
