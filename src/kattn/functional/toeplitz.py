@@ -231,7 +231,7 @@ def rpe_linear_attention_fft(
     """
     fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
     fq, fk, v32, s = in_fft_dtype(fq, fk, v32, s, causal, fft_dtype)
-    b, h, lq, m = fq.shape
+    b, h, lq, _ = fq.shape
     lk = fk.shape[2]
     if causal and lq != lk:
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
@@ -245,16 +245,39 @@ def rpe_linear_attention_fft(
             ..., :lq
         ]
 
-    fk = scaled_key_features(fk, s)
+    out = transformed_attention(
+        fq, fk, v32, s, apply, n, eps=eps, convex=convex, key_padding_mask=key_padding_mask,
+        max_block_elements=max_block_elements,
+    )  # fmt: skip
+    return out.to(v.dtype)
+
+
+def transformed_attention(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    apply: Callable[[Tensor, slice], Tensor],
+    transform_size: int,
+    *,
+    eps: float,
+    convex: bool,
+    key_padding_mask: Tensor | None,
+    max_block_elements: int,
+) -> Tensor:
+    """The ratio ``φ(q)·T(φ(k) ⊗ v) / φ(q)·T(φ(k))`` for prepared inputs ``(B, H, L, ·)`` and
+    a sequence operator ``apply`` (see :func:`weighted_kernel_sums`); keys are scaled by
+    their log-scales ``s`` (one shift per row), outputs optionally clamped to the values'
+    range (``convex``). Returns ``(B, H, Lq, Dv)`` in the inputs' dtype."""
+    b, h, lq, m = fq.shape
+    lk = fk.shape[2]
     num, den = weighted_kernel_sums(
         fq.reshape(b * h, lq, m),
-        fk.reshape(b * h, lk, m),
-        v32.reshape(b * h, lk, -1),
+        scaled_key_features(fk, s).reshape(b * h, lk, m),
+        v.reshape(b * h, lk, -1),
         apply,
-        transform_size=n,
+        transform_size=transform_size,
         max_block_elements=max_block_elements,
     )
     out = (num / guard_normaliser(den, eps)).reshape(b, h, lq, -1)
-    if convex:
-        out = clamp_to_value_range(out, v32, key_padding_mask)
-    return out.to(v.dtype)
+    return clamp_to_value_range(out, v, key_padding_mask) if convex else out

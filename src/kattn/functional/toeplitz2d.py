@@ -13,15 +13,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .numerics import DEFAULT_EPS, guard_normaliser, prepare_linear_inputs, scaled_key_features
+from .numerics import DEFAULT_EPS, prepare_linear_inputs
 from .toeplitz import (
     DEFAULT_MAX_BLOCK_ELEMENTS,
     circulant_embedding,
-    clamp_to_value_range,
     fft_length,
     in_fft_dtype,
     spectral_product,
-    weighted_kernel_sums,
+    transformed_attention,
 )
 
 
@@ -74,7 +73,7 @@ def rpe2d_linear_attention_fft(
     h, w = grid
     fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
     fq, fk, v32, s = in_fft_dtype(fq, fk, v32, s, causal, fft_dtype)
-    b, heads, length, m = fq.shape
+    b, heads, length, _ = fq.shape
     if length != h * w or fk.shape[2] != h * w:
         raise ValueError(
             f"2-D relative positions need Lq = Lk = h·w = {h * w} for grid {grid}, "
@@ -96,16 +95,8 @@ def rpe2d_linear_attention_fft(
         )
         return y[..., :h, :w].reshape(x.shape)
 
-    fk = scaled_key_features(fk, s)
-    num, den = weighted_kernel_sums(
-        fq.reshape(b * heads, length, m),
-        fk.reshape(b * heads, length, m),
-        v32.reshape(b * heads, length, -1),
-        apply,
-        transform_size=nh * nw,
-        max_block_elements=max_block_elements,
-    )
-    out = (num / guard_normaliser(den, eps)).reshape(b, heads, length, -1)
-    if convex:
-        out = clamp_to_value_range(out, v32, key_padding_mask)
+    out = transformed_attention(
+        fq, fk, v32, s, apply, nh * nw, eps=eps, convex=convex,
+        key_padding_mask=key_padding_mask, max_block_elements=max_block_elements,
+    )  # fmt: skip
     return out.to(v.dtype)
