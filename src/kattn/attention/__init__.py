@@ -1,7 +1,8 @@
 """Attention mechanisms, one module per family; importing registers them."""
 
 from .base import Attention
+from .gaussian import GaussianAttention
 from .kernelized import KernelizedAttention
 from .softmax import SoftmaxAttention
 
-__all__ = ["Attention", "KernelizedAttention", "SoftmaxAttention"]
+__all__ = ["Attention", "GaussianAttention", "KernelizedAttention", "SoftmaxAttention"]
