@@ -9,7 +9,7 @@ from kattn.functional.gaussian import (
     gaussian_attention_reference,
     gaussian_kernel,
 )
-from kattn.functional.nystrom import iterative_pinv
+from kattn.functional.nystrom import iterative_pinv, skyformer_attention
 
 from .helpers import assert_close, grads, padding_mask, qkv
 
@@ -85,3 +85,60 @@ def test_global_init_of_the_released_code():
         iterative_pinv(well, init="exact")
     with pytest.raises(ValueError, match="n, n"):
         iterative_pinv(torch.zeros(3, 4))
+
+
+def dense_skyformer(q, k, v, index, gamma):
+    """C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V written out with explicit matrices."""
+    x = torch.cat([q, k], dim=2) * q.shape[-1] ** -0.25
+    xs = torch.stack([x[b][:, index[b]] for b in range(x.shape[0])])
+    lq = q.shape[2]
+    kernel = lambda a, b: torch.exp(-0.5 * torch.cdist(a, b).square())  # noqa: E731
+    core = kernel(xs, xs) + gamma * torch.eye(xs.shape[2], dtype=x.dtype)
+    return kernel(x[:, :, :lq], xs) @ torch.linalg.solve(core, kernel(xs, x[:, :, lq:]) @ v)
+
+
+@pytest.mark.parametrize("iterations", [None, 6])
+def test_skyformer_equals_the_dense_nystrom_formula(iterations):
+    q, k, v = qkv(lq=20, lk=24, d=16, requires_grad=True)
+    g = torch.Generator().manual_seed(1)
+    index = torch.randint(0, 44, (2, 12), generator=g)
+    out = skyformer_attention(q, k, v, index, gamma=0.1, iterations=iterations)
+    ref = dense_skyformer(q, k, v, index, 0.1)
+    if iterations is None:
+        assert_close(out, ref)
+    else:  # six hyper-power steps on the preconditioned matrix
+        torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-8)
+    for a, b in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_skyformer_with_every_row_as_landmark_tends_to_gaussian():
+    q, k, v = qkv(lq=8, d=16)
+    exact = gaussian_attention(q, k, v)
+    index = torch.arange(16).expand(2, -1)
+    errors = []
+    for gamma in (1e-2, 1e-4, 1e-6):
+        out = skyformer_attention(q, k, v, index, gamma=gamma, iterations=None)
+        errors.append(float((out - exact).norm() / exact.norm()))
+    assert errors == sorted(errors, reverse=True) and errors[-1] < 1e-3
+
+
+def test_skyformer_landmarks():
+    attn = kattn.build("skyformer", head_dim=16, num_heads=2, num_landmarks=8)
+    assert not attn.supports_causal
+    mask = padding_mask(2, 30, (0, 12))
+    attn.eval()
+    first = attn.landmarks(2, 30, 30, mask, "cpu")
+    assert torch.equal(first[0], attn.landmarks(2, 30, 30, mask, "cpu")[0])  # fixed in eval
+    index, ok = first
+    assert ok.all() and (index[1] % 30 < 18).all()  # never a padded row of batch 1
+    assert (index[:, :4] < 30).all() and (index[:, 4:] >= 30).all()  # half Q rows, half K
+    attn.train()
+    draws = {tuple(attn.landmarks(2, 30, 30, mask, "cpu")[0].flatten().tolist()) for _ in range(5)}
+    assert len(draws) > 1  # redrawn in training
+    small, ok = attn.landmarks(2, 3, 3, mask[:, :3], "cpu")  # 2L <= landmarks: every row
+    assert small.shape == (2, 6) and ok.all()
+    with pytest.raises(NotImplementedError, match="gaussian"):
+        attn(*qkv(lq=5, d=16, h=2, dtype=torch.float32), causal=True)
+    with pytest.raises(ValueError, match="pinv_init"):
+        kattn.build("skyformer", head_dim=16, num_heads=2, pinv_init="exact")

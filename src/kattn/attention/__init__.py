@@ -3,6 +3,13 @@
 from .base import Attention
 from .gaussian import GaussianAttention
 from .kernelized import KernelizedAttention
+from .skyformer import SkyformerAttention
 from .softmax import SoftmaxAttention
 
-__all__ = ["Attention", "GaussianAttention", "KernelizedAttention", "SoftmaxAttention"]
+__all__ = [
+    "Attention",
+    "GaussianAttention",
+    "KernelizedAttention",
+    "SkyformerAttention",
+    "SoftmaxAttention",
+]

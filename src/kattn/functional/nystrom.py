@@ -11,6 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .gaussian import gaussian_kernel
+from .numerics import accumulation_dtype
+
 #: ``init`` options of :func:`iterative_pinv`.
 PINV_INITS = ("per_matrix", "global")
 
@@ -49,3 +52,64 @@ def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") 
         mz = m @ z
         z = 0.25 * z @ (13 * eye - mz @ (15 * eye - mz @ (7 * eye - mz)))
     return z
+
+
+def skyformer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    landmarks: Tensor,
+    *,
+    landmark_mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    gamma: float = 0.1,
+    iterations: int | None = 6,
+    init: str = "per_matrix",
+) -> Tensor:
+    """Skyformer (seed 003 §4.2): ``C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V`` in O(L·S).
+
+    ``C̄ = κ(X, X)`` is the Gaussian kernel on ``X = [Q; K]/p^¼`` (the PSD completion of the
+    query–key kernel), S the landmark rows of X. ``(C̄_{S,S} + γI)^{-1}`` is computed on the
+    preconditioned ``D^{-½}(C̄_{S,S} + γI)D^{-½}`` (D its row sums) by :func:`iterative_pinv`,
+    or exactly (``iterations=None``). No row normalisation, like the exact ``gaussian``.
+
+    Args:
+        q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
+        landmarks: ``(B, S)`` indices into the ``Lq + Lk`` rows of ``[Q; K]`` (shared by heads).
+        landmark_mask: ``(B, S)`` bool, False for landmarks to ignore (padding), or None.
+        key_padding_mask: ``(B, Lk)`` bool, True marks keys that must not count.
+        gamma: the ridge γ added to ``C̄_{S,S}``.
+        iterations, init: of :func:`iterative_pinv`; ``iterations=None`` inverts exactly.
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of ``v``.
+    """
+    acc = accumulation_dtype(v.dtype)
+    b, h, lq, d = q.shape
+    scale = d**-0.25
+    x = torch.cat([q, k], dim=2).to(acc) * scale  # (B, H, Lq+Lk, D)
+    index = landmarks[:, None, :, None].expand(b, h, landmarks.shape[1], d)
+    xs = x.gather(2, index)  # (B, H, S, D)
+    a_q = gaussian_kernel(x[:, :, :lq], xs)  # (B, H, Lq, S)
+    a_k = gaussian_kernel(x[:, :, lq:], xs)  # (B, H, Lk, S)
+    core = gaussian_kernel(xs, xs)  # (B, H, S, S)
+    eye = torch.eye(core.shape[-1], device=core.device, dtype=core.dtype)
+    if landmark_mask is not None:
+        # ignored landmarks: zero columns, and an identity block that touches nothing else
+        keep = landmark_mask[:, None, None, :].to(acc)
+        a_q, a_k = a_q * keep, a_k * keep
+        core = core * keep * keep.transpose(-1, -2) + eye * (1 - keep)
+    core = core + gamma * eye
+    vv = v.to(acc)
+    if key_padding_mask is not None:
+        pad = key_padding_mask[:, None, :, None]
+        a_k = a_k.masked_fill(pad, 0.0)
+        vv = vv.masked_fill(pad, 0.0)
+    if iterations is None:
+        inverse = torch.linalg.inv(core)
+    else:
+        d_half = core.sum(dim=-1).rsqrt()  # D^{-½}
+        pre = d_half[..., :, None] * core * d_half[..., None, :]
+        inverse = d_half[..., :, None] * iterative_pinv(pre, iterations, init=init)
+        inverse = inverse * d_half[..., None, :]
+    return (a_q @ (inverse @ (a_k.transpose(-1, -2) @ vv))).to(v.dtype)

@@ -1,0 +1,139 @@
+"""Skyformer: Gaussian-kernel attention by the modified Nyström method (seed 003 §4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..functional.nystrom import PINV_INITS, skyformer_attention
+from ..registry import register_mechanism
+from .base import Attention
+
+
+class SkyformerAttention(Attention):
+    """``C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V`` with ``C̄ = κ([Q;K], [Q;K])`` (Chen et al. 2021).
+
+    Landmarks S: ``num_landmarks`` rows of ``[Q; K]`` drawn uniformly with replacement, half
+    among the query rows and half among the non-padded key rows (with Lq == Lk the padding
+    mask is taken to mark padded queries too, as in self-attention, and those are not drawn).
+    They are redrawn at every training call; in ``eval()`` they come from a fixed seed
+    (``landmark_seed``, a buffer), so evaluation is deterministic. When ``Lq + Lk <=
+    num_landmarks`` every (non-padded) row is a landmark.
+
+    Args:
+        num_landmarks: number of landmarks (paper: 128).
+        gamma: the ridge γ (paper and code: 0.1).
+        pinv_iterations: hyper-power iterations of the pseudo-inverse (6); None inverts
+            exactly.
+        pinv_init: ``"per_matrix"`` (convergent for every matrix) or ``"global"`` (the
+            released code's single scale over the batch).
+    """
+
+    supports_causal = False
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        num_heads: int,
+        max_len: int | None = None,
+        num_landmarks: int = 128,
+        gamma: float = 0.1,
+        pinv_iterations: int | None = 6,
+        pinv_init: str = "per_matrix",
+    ) -> None:
+        super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        if isinstance(num_landmarks, bool) or not isinstance(num_landmarks, int):
+            raise ValueError(f"num_landmarks must be an int >= 2, got {num_landmarks!r}")
+        if num_landmarks < 2:
+            raise ValueError(f"num_landmarks must be an int >= 2, got {num_landmarks!r}")
+        if not gamma > 0:
+            raise ValueError(f"gamma must be positive, got {gamma!r}")
+        if pinv_iterations is not None and (
+            isinstance(pinv_iterations, bool)
+            or not isinstance(pinv_iterations, int)
+            or pinv_iterations < 1
+        ):
+            raise ValueError(
+                f"pinv_iterations must be a positive int or None, got {pinv_iterations!r}"
+            )
+        if pinv_init not in PINV_INITS:
+            raise ValueError(f"pinv_init must be one of {PINV_INITS}, got {pinv_init!r}")
+        self.num_landmarks = num_landmarks
+        self.gamma = float(gamma)
+        self.pinv_iterations = pinv_iterations
+        self.pinv_init = pinv_init
+        self.landmark_seed: Tensor
+        seed = torch.randint(0, 2**62, (), dtype=torch.int64)
+        self.register_buffer("landmark_seed", seed)
+
+    def _why_not(self, capability: str) -> str:
+        if capability == "causal":
+            return (
+                ": its Nyström approximation is built from landmarks of the whole sequence "
+                "(a low-rank PSD completion), which a causal mask does not preserve; use "
+                "'gaussian' for exact causal Gaussian-kernel attention"
+            )
+        return ""
+
+    def landmarks(
+        self, batch: int, lq: int, lk: int, key_padding_mask: Tensor | None, device: Any
+    ) -> tuple[Tensor, Tensor]:
+        """Landmark indices ``(B, S)`` into ``[Q; K]`` and their validity ``(B, S)``."""
+        keys_ok = torch.ones(batch, lk, dtype=torch.bool, device=device)
+        if key_padding_mask is not None:
+            keys_ok = ~key_padding_mask
+        queries_ok = keys_ok if lq == lk else torch.ones(batch, lq, dtype=torch.bool, device=device)
+        valid = torch.cat([queries_ok, keys_ok], dim=1)  # (B, Lq+Lk)
+        if lq + lk <= self.num_landmarks:  # every row
+            index = torch.arange(lq + lk, device=device).expand(batch, -1)
+            return index, valid
+        generator = None
+        if not self.training:
+            generator = torch.Generator(device=device).manual_seed(int(self.landmark_seed))
+        n_q = self.num_landmarks // 2
+        parts = []
+        for rows, count, start in ((queries_ok, n_q, 0), (keys_ok, self.num_landmarks - n_q, lq)):
+            # uniform over the allowed rows, with replacement (all rows when none is allowed)
+            weights = torch.where(rows.any(dim=1, keepdim=True), rows, True).to(torch.float32)
+            parts.append(
+                torch.multinomial(weights, count, replacement=True, generator=generator) + start
+            )
+        index = torch.cat(parts, dim=1)
+        return index, valid.gather(1, index)
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        index, ok = self.landmarks(q.shape[0], q.shape[2], k.shape[2], key_padding_mask, q.device)
+        return skyformer_attention(
+            q,
+            k,
+            v,
+            index,
+            landmark_mask=ok,
+            key_padding_mask=key_padding_mask,
+            gamma=self.gamma,
+            iterations=self.pinv_iterations,
+            init=self.pinv_init,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
+            f"num_landmarks={self.num_landmarks}, gamma={self.gamma}, "
+            f"pinv_iterations={self.pinv_iterations}, pinv_init={self.pinv_init!r}"
+        )
+
+
+register_mechanism(
+    "skyformer",
+    SkyformerAttention,
+    summary="Skyformer: Gaussian-kernel attention by the modified Nyström method on [Q; K] "
+    "landmarks (no row normalisation).",
+    reference="Chen et al., Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström "
+    "Method, NeurIPS 2021",
+    complexity="O(L·S·(D+Dv) + S³) time, O(L·S + S²) memory (S landmarks)",
+)
