@@ -213,6 +213,18 @@ class Attention(nn.Module):
                     f"got {_shape(key_padding_mask)}"
                 )
 
+    def _set_dropout(self, dropout: float) -> None:
+        """Validate and store the attention-dropout probability (mechanisms with
+        ``supports_attention_dropout``)."""
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
+
+    @property
+    def dropout_p(self) -> float:
+        """The dropout probability to apply now: ``dropout`` in training, 0 in eval."""
+        return getattr(self, "dropout", 0.0) if self.training else 0.0
+
     def _why_not(self, capability: str) -> str:
         """An optional ': reason' suffix for refusal messages (subclasses override)."""
         return ""

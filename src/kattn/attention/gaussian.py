@@ -33,9 +33,7 @@ class GaussianAttention(Attention):
         dropout: float = 0.0,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-        self.dropout = dropout
+        self._set_dropout(dropout)
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
@@ -46,7 +44,7 @@ class GaussianAttention(Attention):
             v,
             causal=causal,
             key_padding_mask=key_padding_mask,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=self.dropout_p,
         )
 
     def extra_repr(self) -> str:

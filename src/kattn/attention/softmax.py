@@ -56,10 +56,8 @@ class SoftmaxAttention(Attention):
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
         if scale is not None and not scale > 0:
             raise ValueError(f"scale must be positive or None, got {scale!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.scale = scale
-        self.dropout = dropout
+        self._set_dropout(dropout)
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
@@ -71,7 +69,7 @@ class SoftmaxAttention(Attention):
             causal=causal,
             key_padding_mask=key_padding_mask,
             scale=self.scale,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=self.dropout_p,
         )
 
     def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> KVCache:
