@@ -1,5 +1,7 @@
 """Exact Gaussian-kernel attention and the iterative pseudo-inverse of the Nyström family."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -9,7 +11,11 @@ from kattn.functional.gaussian import (
     gaussian_attention_reference,
     gaussian_kernel,
 )
-from kattn.functional.nystrom import iterative_pinv, skyformer_attention
+from kattn.functional.nystrom import (
+    iterative_pinv,
+    nystromformer_attention,
+    skyformer_attention,
+)
 
 from .helpers import assert_close, grads, padding_mask, qkv
 
@@ -142,3 +148,58 @@ def test_skyformer_landmarks():
         attn(*qkv(lq=5, d=16, h=2, dtype=torch.float32), causal=True)
     with pytest.raises(ValueError, match="pinv_init"):
         kattn.build("skyformer", head_dim=16, num_heads=2, pinv_init="exact")
+
+
+def nystrom_reference(q, k, v, m, mask=None):
+    """The three kernels written out with explicit segment means (float64, 100 pinv steps
+    replaced by the exact pseudo-inverse)."""
+    d = q.shape[-1]
+    sizes = [len(s) for s in torch.arange(q.shape[2]).tensor_split(m)]
+    sizes = sorted(sizes)  # the longer segments last
+    bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
+
+    def means(x, valid):
+        out = []
+        for a, b in itertools.pairwise(bounds):
+            w = valid[:, a:b].to(x.dtype)[:, None, :, None]
+            out.append((x[:, :, a:b] * w).sum(2) / w.sum(2).clamp_min(1))
+        return torch.stack(out, dim=2)
+
+    valid = torch.ones(q.shape[0], q.shape[2], dtype=torch.bool) if mask is None else ~mask
+    ql, kl = means(q, valid), means(k, valid)
+    s = d**-0.5
+    keep = valid[:, None, None, :]
+    k1 = torch.softmax(q @ kl.transpose(-1, -2) * s, -1)
+    k2 = torch.softmax(ql @ kl.transpose(-1, -2) * s, -1)
+    k3 = torch.softmax((ql @ k.transpose(-1, -2) * s).masked_fill(~keep, -torch.inf), -1)
+    return k1 @ torch.linalg.pinv(k2) @ k3 @ v.masked_fill(~keep.transpose(-1, -2), 0.0)
+
+
+@pytest.mark.parametrize(("length", "m"), [(24, 6), (23, 5), (16, 16)])
+def test_nystromformer_equals_its_three_kernels(length, m):
+    q, k, v = qkv(lq=length, d=16)
+    # (3 padded keys: every segment keeps a valid token)
+    mask = padding_mask(2, length, (0, 3)) if length % m == 0 and length > m else None
+    out = nystromformer_attention(q, k, v, m, key_padding_mask=mask, iterations=60)
+    assert_close(out, nystrom_reference(q, k, v, m, mask))
+
+
+def test_nystromformer_mechanism():
+    attn = kattn.build("nystromformer", head_dim=16, num_heads=3, num_landmarks=4).eval()
+    q, k, v = qkv(lq=30, d=16, dtype=torch.float32)
+    mask = padding_mask(2, 30, (0, 7))
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    for x in (q2, k2, v2):
+        x[1, :, 23:] = 50.0  # padded positions: garbage
+    out, out2 = attn(q, k, v, key_padding_mask=mask), attn(q2, k2, v2, key_padding_mask=mask)
+    torch.testing.assert_close(out[:, :, :23], out2[:, :, :23])
+    exact = kattn.build("softmax", head_dim=16, num_heads=3)(q, k, v)
+    small = kattn.build("nystromformer", head_dim=16, num_heads=3, num_landmarks=64)
+    torch.testing.assert_close(small(q, k, v), exact)  # short sequences: exact softmax
+    conv = kattn.build("nystromformer", head_dim=16, num_heads=3, conv_kernel_size=5)
+    assert conv.conv.shape == (3, 1, 5, 1)
+    assert not torch.allclose(conv(q, k, v), exact)
+    with pytest.raises(NotImplementedError, match="future"):
+        attn(q, k, v, causal=True)
+    with pytest.raises(ValueError, match="odd"):
+        kattn.build("nystromformer", head_dim=16, num_heads=3, conv_kernel_size=4)

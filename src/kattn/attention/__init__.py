@@ -3,6 +3,7 @@
 from .base import Attention
 from .gaussian import GaussianAttention
 from .kernelized import KernelizedAttention
+from .nystromformer import NystromformerAttention
 from .skyformer import SkyformerAttention
 from .softmax import SoftmaxAttention
 
@@ -10,6 +11,7 @@ __all__ = [
     "Attention",
     "GaussianAttention",
     "KernelizedAttention",
+    "NystromformerAttention",
     "SkyformerAttention",
     "SoftmaxAttention",
 ]

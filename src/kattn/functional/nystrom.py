@@ -113,3 +113,87 @@ def skyformer_attention(
         inverse = d_half[..., :, None] * iterative_pinv(pre, iterations, init=init)
         inverse = inverse * d_half[..., None, :]
     return (a_q @ (inverse @ (a_k.transpose(-1, -2) @ vv))).to(v.dtype)
+
+
+def segment_means(x: Tensor, count: int, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Landmarks of Nyströmformer: means of ``count`` consecutive segments of ``x (B, H, L, D)``.
+
+    With L = q·count + r the first ``count − r`` segments hold q tokens and the last r hold
+    q + 1 (every token belongs to one segment). ``valid (B, L)`` bool leaves tokens out of
+    the means; a segment without valid tokens gives a zero landmark, marked invalid.
+
+    Returns:
+        ``(B, H, count, D)`` and the validity ``(B, count)``.
+    """
+    b, h, length, d = x.shape
+    if not 1 <= count <= length:
+        raise ValueError(f"count must be in [1, L={length}], got {count}")
+    base, extra = divmod(length, count)
+    sizes = torch.full((count,), base, device=x.device)
+    sizes[count - extra :] += 1
+    segment = torch.repeat_interleave(torch.arange(count, device=x.device), sizes)  # (L,)
+    weight = torch.ones(b, length, device=x.device, dtype=x.dtype)
+    if valid is not None:
+        weight = weight * valid.to(x.dtype)
+    x = x * weight[:, None, :, None]  # padded tokens count nothing (not even a NaN)
+    x = x.nan_to_num(0.0) if valid is not None else x
+    sums = x.new_zeros(b, h, count, d).index_add_(2, segment, x)
+    counts = weight.new_zeros(b, count).index_add_(1, segment, weight)
+    means = sums / counts.clamp_min(1.0)[:, None, :, None]
+    return means, counts > 0
+
+
+def _masked_softmax(logits: Tensor, keep: Tensor | None) -> Tensor:
+    """Softmax over the last dim with ``keep`` (broadcastable bool) columns only; rows with
+    none give zeros."""
+    if keep is None:
+        return torch.softmax(logits, dim=-1)
+    logits = logits.masked_fill(~keep, torch.finfo(logits.dtype).min)
+    return torch.softmax(logits, dim=-1) * keep.any(dim=-1, keepdim=True)
+
+
+def nystromformer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    num_landmarks: int,
+    *,
+    key_padding_mask: Tensor | None = None,
+    iterations: int = 6,
+    init: str = "per_matrix",
+) -> Tensor:
+    """Nyströmformer (Xiong et al. 2021): ``softmax(Q K̃ᵀ) pinv(softmax(Q̃ K̃ᵀ)) softmax(Q̃ Kᵀ) V``
+    with segment-mean landmarks Q̃, K̃ and logits scaled by ``1/√D``.
+
+    Padded keys count nowhere: not in the key landmarks, not in the third kernel; with
+    Lq == Lk (self-attention) padded positions are left out of the query landmarks too.
+    Landmarks without any valid token are masked out of the first two kernels.
+
+    Args:
+        q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
+        num_landmarks: m (capped at the lengths).
+        key_padding_mask: ``(B, Lk)`` bool, True marks padding.
+        iterations, init: of :func:`iterative_pinv`.
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of ``v``.
+    """
+    acc = accumulation_dtype(v.dtype)
+    lq, d = q.shape[2:]
+    lk = k.shape[2]
+    scale = d**-0.25
+    q32, k32, v32 = q.to(acc) * scale, k.to(acc) * scale, v.to(acc)
+    keys_ok = None if key_padding_mask is None else ~key_padding_mask
+    if keys_ok is not None:
+        v32 = v32.masked_fill(~keys_ok[:, None, :, None], 0.0)
+    queries_ok = keys_ok if lq == lk else None
+    q_land, q_land_ok = segment_means(q32, min(num_landmarks, lq), queries_ok)
+    k_land, k_land_ok = segment_means(k32, min(num_landmarks, lk), keys_ok)
+    land_keep = k_land_ok[:, None, None, :]  # (B, 1, 1, m)
+    kernel_1 = _masked_softmax(q32 @ k_land.transpose(-1, -2), land_keep)  # (B, H, Lq, m)
+    kernel_2 = _masked_softmax(q_land @ k_land.transpose(-1, -2), land_keep)  # (B, H, m, m)
+    key_keep = None if keys_ok is None else keys_ok[:, None, None, :]
+    kernel_3 = _masked_softmax(q_land @ k32.transpose(-1, -2), key_keep)  # (B, H, m, Lk)
+    kernel_3 = kernel_3 * q_land_ok[:, None, :, None].to(acc)
+    inverse = iterative_pinv(kernel_2, iterations, init=init)
+    return (kernel_1 @ (inverse @ (kernel_3 @ v32))).to(v.dtype)

@@ -1,0 +1,126 @@
+"""Nyströmformer: softmax attention by the Nyström method with segment-mean landmarks."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..functional.nystrom import PINV_INITS, nystromformer_attention
+from ..functional.softmax import softmax_attention
+from ..registry import register_mechanism
+from .base import Attention
+
+
+class NystromformerAttention(Attention):
+    """``softmax(Q K̃ᵀ) pinv(softmax(Q̃ K̃ᵀ)) softmax(Q̃ Kᵀ) V`` (Xiong et al., AAAI 2021).
+
+    Landmarks are segment means of the queries and keys (any L: the last segments take one
+    token more); padded keys count nowhere (key landmarks, third kernel), and with Lq == Lk
+    padded positions are left out of the query landmarks. When both lengths are at most
+    ``num_landmarks`` the result is exact softmax attention, computed directly (as the
+    released code does).
+
+    Args:
+        num_landmarks: m (128 in the Skyformer paper's LRA comparison).
+        pinv_iterations: hyper-power iterations (6); pinv_init: ``"per_matrix"`` or the
+            released ``"global"``.
+        conv_kernel_size: optional depthwise convolution of the values along the sequence,
+            added to the output (35 in the Nyströmformer LRA runs; None = off).
+    """
+
+    supports_causal = False
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        num_heads: int,
+        max_len: int | None = None,
+        num_landmarks: int = 128,
+        pinv_iterations: int = 6,
+        pinv_init: str = "per_matrix",
+        conv_kernel_size: int | None = None,
+    ) -> None:
+        super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        for arg, value in (("num_landmarks", num_landmarks), ("pinv_iterations", pinv_iterations)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+        if pinv_init not in PINV_INITS:
+            raise ValueError(f"pinv_init must be one of {PINV_INITS}, got {pinv_init!r}")
+        if conv_kernel_size is not None and (
+            isinstance(conv_kernel_size, bool)
+            or not isinstance(conv_kernel_size, int)
+            or conv_kernel_size < 1
+            or conv_kernel_size % 2 == 0
+        ):
+            raise ValueError(
+                f"conv_kernel_size must be None or a positive odd int, got {conv_kernel_size!r}"
+            )
+        self.num_landmarks = num_landmarks
+        self.pinv_iterations = pinv_iterations
+        self.pinv_init = pinv_init
+        self.conv_kernel_size = conv_kernel_size
+        self.conv: nn.Parameter | None = None
+        if conv_kernel_size is not None:
+            # one 1-D filter per head along the sequence, shared by the value channels
+            weight = torch.empty(num_heads, 1, conv_kernel_size, 1)
+            nn.init.kaiming_uniform_(weight, a=5**0.5)
+            self.conv = nn.Parameter(weight)
+
+    def _why_not(self, capability: str) -> str:
+        if capability == "causal":
+            return (
+                ": its landmarks are means over segments of the whole sequence, so every "
+                "output would depend on future tokens"
+            )
+        return ""
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        lq, lk = q.shape[2], k.shape[2]
+        if max(lq, lk) <= self.num_landmarks:
+            out = softmax_attention(q, k, v, key_padding_mask=key_padding_mask)
+        else:
+            out = nystromformer_attention(
+                q,
+                k,
+                v,
+                self.num_landmarks,
+                key_padding_mask=key_padding_mask,
+                iterations=self.pinv_iterations,
+                init=self.pinv_init,
+            )
+        if self.conv is not None:
+            if lq != lk:
+                raise ValueError(
+                    f"the convolution skip of Nyströmformer needs Lq == Lk, got {lq} and {lk}"
+                )
+            values = v
+            if key_padding_mask is not None:
+                values = v.masked_fill(key_padding_mask[:, None, :, None], 0.0)
+            size = self.conv.shape[2]
+            skip = F.conv2d(
+                values, self.conv.to(v.dtype), padding=(size // 2, 0), groups=self.num_heads
+            )
+            out = out + skip
+        return out
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
+            f"num_landmarks={self.num_landmarks}, pinv_iterations={self.pinv_iterations}, "
+            f"pinv_init={self.pinv_init!r}, conv_kernel_size={self.conv_kernel_size}"
+        )
+
+
+register_mechanism(
+    "nystromformer",
+    NystromformerAttention,
+    summary="Nyströmformer: softmax attention by the Nyström method with segment-mean "
+    "landmarks and an iterative pseudo-inverse.",
+    reference="Xiong et al., Nyströmformer: A Nyström-Based Algorithm for Approximating "
+    "Self-Attention, AAAI 2021",
+    complexity="O(L·m·(D+Dv) + m³) time, O(L·m + m²) memory (m landmarks)",
+)
