@@ -203,3 +203,40 @@ def test_nystromformer_mechanism():
         attn(q, k, v, causal=True)
     with pytest.raises(ValueError, match="odd"):
         kattn.build("nystromformer", head_dim=16, num_heads=3, conv_kernel_size=4)
+
+
+def test_linformer_projects_keys_and_values_along_the_sequence():
+    torch.manual_seed(0)
+    attn = kattn.build("linformer", head_dim=16, num_heads=3, max_len=40, proj_dim=8)
+    assert attn.projection.shape == (3, 1, 8, 40) and attn.limits_length
+    q, k, v = qkv(lq=25, lk=30, d=16, dtype=torch.float32)
+    mask = padding_mask(2, 30, (0, 6))
+    e = attn.projection[:, 0, :, :30].detach()
+    keep = (~mask)[:, None, :, None]
+    k_proj, v_proj = e @ (k * keep), e @ (v * keep)
+    expected = torch.softmax(q @ k_proj.transpose(-1, -2) / 4.0, dim=-1) @ v_proj
+    torch.testing.assert_close(attn(q, k, v, key_padding_mask=mask), expected)
+    separate = kattn.build(
+        "linformer",
+        head_dim=16,
+        num_heads=3,
+        max_len=40,
+        proj_dim=8,
+        share_kv=False,
+        share_heads=True,
+    )
+    assert separate.projection.shape == (1, 2, 8, 40)
+    shared = torch.nn.Parameter(torch.randn(3, 1, 8, 40))
+    layers = [
+        kattn.build(
+            "linformer", head_dim=16, num_heads=3, max_len=40, proj_dim=8, projection=shared
+        )
+        for _ in range(2)
+    ]
+    assert all(layer.projection is shared for layer in layers)
+    with pytest.raises(ValueError, match="projection"):
+        kattn.build("linformer", head_dim=16, num_heads=3, max_len=40, projection=shared)
+    with pytest.raises(ValueError, match="max_len"):
+        attn(*qkv(lq=41, d=16, dtype=torch.float32))
+    with pytest.raises(NotImplementedError, match="future"):
+        attn(*qkv(lq=10, d=16, dtype=torch.float32), causal=True)

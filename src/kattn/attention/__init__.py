@@ -3,6 +3,7 @@
 from .base import Attention
 from .gaussian import GaussianAttention
 from .kernelized import KernelizedAttention
+from .linformer import LinformerAttention
 from .nystromformer import NystromformerAttention
 from .skyformer import SkyformerAttention
 from .softmax import SoftmaxAttention
@@ -11,6 +12,7 @@ __all__ = [
     "Attention",
     "GaussianAttention",
     "KernelizedAttention",
+    "LinformerAttention",
     "NystromformerAttention",
     "SkyformerAttention",
     "SoftmaxAttention",
