@@ -149,3 +149,17 @@ def test_decay_state_after_a_prompt_continues_exactly(prompt):
         log_gamma=log_gamma,
     )
     assert_close(steps, full[:, :, rest])
+
+
+@pytest.mark.parametrize(("lq", "lk", "causal"), [(13, 21, False), (21, 13, False), (17, 17, True)])
+def test_decay_without_log_scales(lq, lk, causal):
+    fq, fk, v, _ = inputs(lq, lk)
+    log_alpha = torch.randn(H, 2, 2, dtype=torch.float64)
+    log_gamma = -torch.rand(H, 2, 2, dtype=torch.float64) - 0.05
+    mask = mask_for(lk, (2, 0))
+    out = decay_linear_attention(
+        fq, fk, v, log_alpha, log_gamma, causal=causal, key_padding_mask=mask, chunk_size=4, eps=EPS
+    )
+    coeff = toeplitz_dense(decay_log_coefficients(log_alpha, log_gamma, lq, lk).exp(), lq, lk)
+    zero = torch.zeros(B, H, lk, dtype=torch.float64)
+    check(out, reference(fq, fk, v, zero, coeff, causal=causal, mask=mask), fq, fk, v)

@@ -65,7 +65,6 @@ class KernelizedAttention(Attention):
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
         self.rpe = _build_rpe(rpe, num_heads, max_len, options)
-        feature_options = options
         if not isinstance(feature_map, str):
             raise TypeError(
                 f"feature_map must be a registered name (str), got {type(feature_map).__name__}"
@@ -78,7 +77,7 @@ class KernelizedAttention(Attention):
         if eps is not None and not eps > 0:
             raise ValueError(f"eps must be positive or None, got {eps!r}")
         self.feature_map = feature_maps.build(
-            feature_map, head_dim=head_dim, num_heads=num_heads, **feature_options
+            feature_map, head_dim=head_dim, num_heads=num_heads, **options
         )
         self.feature_map_name = feature_map
         self.normalize_qk = bool(normalize_qk)

@@ -85,22 +85,26 @@ def decay_linear_attention(
     if causal and lq != lk:
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
     length = max(lq, lk)  # the recurrences run over positions: pad the shorter side
-    if s is None:
-        s = fk.new_zeros(b, h, lk)
+    # (added key positions have zero features: they count nothing, whatever their log-scale)
     fq = F.pad(fq, (0, 0, 0, length - lq))
     fk, v32 = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, v32))
-    s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
-    sides = [(fq, fk, v32, s)]
+    if s is not None:
+        s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
+    sides = [(fq, fk, v32)]
+    scales = [s]
     if not causal:
         # future terms: the reversed sequence, keys shifted by one so that j > i strictly
-        back = [x.flip(2) for x in (fk, v32)]
-        back = [F.pad(x, (0, 0, 1, 0))[:, :, :length] for x in back]
-        s_back = F.pad(s.flip(2), (1, 0), value=log_floor(s.dtype))[:, :, :length]
-        sides.append((fq.flip(2), back[0], back[1], s_back))
+        back = [F.pad(x.flip(2), (0, 0, 1, 0))[:, :, :length] for x in (fk, v32)]
+        sides.append((fq.flip(2), back[0], back[1]))
+        if s is not None:
+            scales.append(F.pad(s.flip(2), (1, 0), value=log_floor(s.dtype))[:, :, :length])
     n_sides = len(sides)
-    q_all, k_all, v_all, s_all = (
-        torch.cat([_repeat_terms(side[i], r) for side in sides], dim=1) for i in range(4)
+    q_all, k_all, v_all = (
+        torch.cat([_repeat_terms(side[i], r) for side in sides], dim=1) for i in range(3)
     )
+    s_all = None
+    if s is not None:
+        s_all = torch.cat([_repeat_terms(x, r) for x in scales if x is not None], dim=1)
     decays = log_gamma[:, :n_sides].transpose(0, 1).reshape(1, -1)  # (1, sides·H·R)
     num, den, offsets, _ = causal_linear_sums(
         q_all,
@@ -111,7 +115,8 @@ def decay_linear_attention(
         chunk_size=chunk_size,
         block_size=block_size,
     )
-    assert offsets is not None
+    if offsets is None:  # no log-scales: every term's sums are in the same units
+        offsets = num.new_zeros(num.shape[:-1])
     split = [x.view(b, n_sides, h, r, length, -1) for x in (num, den, offsets[..., None])]
     if n_sides == 2:  # back to the original order
         split = [torch.cat([x[:, :1], x[:, 1:].flip(4)], dim=1) for x in split]

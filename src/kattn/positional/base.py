@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..functional.banded_step import BandedState, banded_init_state
+from ..functional.banded_step import BandedState, banded_init_state, banded_step
 from ..functional.linear import linear_attention_reference
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.masks import allowed_keys
@@ -182,14 +182,35 @@ class RelativePositionBias(nn.Module):
 
 
 class WindowDecoding:
-    """Mixin: decoding with a :class:`~kattn.functional.banded.BandedState` (a window of recent
-    tokens and one linear-attention state)."""
+    """Mixin: decoding with a :class:`~kattn.functional.banded_step.BandedState` (a window of
+    recent tokens and one linear-attention state); the class gives the window's
+    log-coefficients by :meth:`decoding_window`."""
 
     num_heads: int
+
+    def decoding_window(self, state: BandedState) -> tuple[Tensor, int]:
+        """``(log_coeff (H, left + 2), left)`` of the offsets ``−left…1`` for the next step
+        (raise ``ValueError`` for a position the encoding does not cover)."""
+        raise NotImplementedError
 
     def init_state(
         self, batch_size: int, num_features: int, *, device: Any, dtype: torch.dtype
     ) -> BandedState:
         return banded_init_state(
             batch_size, self.num_heads, num_features, device=device, dtype=dtype
+        )
+
+    def step(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        state: BandedState,
+        *,
+        k_log_scale: Tensor | None = None,
+        eps: float = DEFAULT_EPS,
+    ) -> tuple[Tensor, BandedState]:
+        log_coeff, left = self.decoding_window(state)
+        return banded_step(
+            phi_q, phi_k, v, state, log_coeff, left, k_log_scale=k_log_scale, eps=eps
         )

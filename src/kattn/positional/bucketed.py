@@ -9,8 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..functional.banded import banded_linear_attention
-from ..functional.banded_step import BandedState, banded_step
-from ..functional.numerics import DEFAULT_EPS
+from ..functional.banded_step import BandedState
 from .base import RelativePositionBias, WindowDecoding
 
 
@@ -115,26 +114,8 @@ class BucketedBias(WindowDecoding, RelativePositionBias):
             phi_q, phi_k, v, self.band_log_coefficients(), self.left, **kwargs
         )
 
-    def step(
-        self,
-        phi_q: Tensor,
-        phi_k: Tensor,
-        v: Tensor,
-        state: BandedState,
-        *,
-        k_log_scale: Tensor | None = None,
-        eps: float = DEFAULT_EPS,
-    ) -> tuple[Tensor, BandedState]:
-        return banded_step(
-            phi_q,
-            phi_k,
-            v,
-            state,
-            self.band_log_coefficients(),
-            self.left,
-            k_log_scale=k_log_scale,
-            eps=eps,
-        )
+    def decoding_window(self, state: BandedState) -> tuple[Tensor, int]:
+        return self.band_log_coefficients(), self.left
 
     def extra_repr(self) -> str:
         return (

@@ -8,10 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..functional.banded_step import BandedState, banded_step
-from ..functional.numerics import DEFAULT_EPS
+from ..functional.banded_step import BandedState
 from ..functional.toeplitz2d import (
-    future_offsets2d,
     rpe2d_linear_attention_fft,
     toeplitz2d_dense_log,
 )
@@ -44,16 +42,7 @@ class ToeplitzBias(WindowDecoding, RelativePositionBias):
         zero = self.max_len - 1
         return self.bias[:, zero - (lq - 1) : zero + lk]
 
-    def step(
-        self,
-        phi_q: Tensor,
-        phi_k: Tensor,
-        v: Tensor,
-        state: BandedState,
-        *,
-        k_log_scale: Tensor | None = None,
-        eps: float = DEFAULT_EPS,
-    ) -> tuple[Tensor, BandedState]:
+    def decoding_window(self, state: BandedState) -> tuple[Tensor, int]:
         assert self.max_len is not None
         if isinstance(state, BandedState) and state.keys.shape[2] >= self.max_len:
             raise ValueError(
@@ -62,10 +51,7 @@ class ToeplitzBias(WindowDecoding, RelativePositionBias):
             )
         # a window of max_len tokens: every past token keeps its own coefficient
         past = self.bias[:, : self.max_len]  # offsets −(max_len−1)…0
-        log_coeff = torch.cat([past[:, :1], past, past[:, -1:]], dim=1)  # −max_len…1
-        return banded_step(
-            phi_q, phi_k, v, state, log_coeff, self.max_len, k_log_scale=k_log_scale, eps=eps
-        )
+        return torch.cat([past[:, :1], past, past[:, -1:]], dim=1), self.max_len  # −max_len…1
 
 
 class Toeplitz2dBias(RelativePositionBias):
@@ -111,10 +97,6 @@ class Toeplitz2dBias(RelativePositionBias):
     def dense_log(self, lq: int, lk: int) -> Tensor:
         self.check_lengths(lq, lk)
         return toeplitz2d_dense_log(self.bias, self.grid)
-
-    def future_offsets(self) -> Tensor:
-        """``(2h−1, 2w−1)`` bool: the offsets that causal attention zeroes."""
-        return future_offsets2d(self.grid, self.bias.device)
 
     def _attend_fft(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
         return rpe2d_linear_attention_fft(phi_q, phi_k, v, self.bias, self.grid, **kwargs)
