@@ -14,6 +14,7 @@ from kattn.functional.gaussian import (
 from kattn.functional.nystrom import (
     iterative_pinv,
     nystromformer_attention,
+    nystromformer_attention_reference,
     skyformer_attention,
 )
 
@@ -118,6 +119,25 @@ def test_skyformer_equals_the_dense_nystrom_formula(iterations):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
 
 
+def test_skyformer_masks_equal_the_dense_formula_without_the_masked():
+    q, k, v = qkv(lq=20, lk=24, d=16, requires_grad=True)
+    g = torch.Generator().manual_seed(2)
+    index = torch.randint(0, 40, (2, 12), generator=g)  # none among the last 4 keys
+    mask = padding_mask(2, 24, (0, 4))
+    ok = torch.ones(2, 12, dtype=torch.bool)
+    ok[1, :3] = False  # three ignored landmarks in the second batch row
+    for b in range(2):
+        out = skyformer_attention(
+            q, k, v, index, landmark_mask=ok, key_padding_mask=mask, iterations=None
+        )
+        kept = index[b][ok[b]][None]
+        lk = 24 - 4 * b
+        ref = dense_skyformer(q[b : b + 1], k[b : b + 1, :, :lk], v[b : b + 1, :, :lk], kept, 0.1)
+        assert_close(out[b : b + 1], ref)
+        for a, r in zip(grads(out[b], q, k, v), grads(ref[0], q, k, v), strict=True):
+            assert_close(a, r)
+
+
 def test_skyformer_with_every_row_as_landmark_tends_to_gaussian():
     q, k, v = qkv(lq=8, d=16)
     exact = gaussian_attention(q, k, v)
@@ -181,7 +201,26 @@ def test_nystromformer_equals_its_three_kernels(length, m):
     # (3 padded keys: every segment keeps a valid token)
     mask = padding_mask(2, length, (0, 3)) if length % m == 0 and length > m else None
     out = nystromformer_attention(q, k, v, m, key_padding_mask=mask, iterations=60)
+    ref = nystromformer_attention_reference(q, k, v, m, key_padding_mask=mask, iterations=60)
+    assert_close(out, ref)
     assert_close(out, nystrom_reference(q, k, v, m, mask))
+
+
+@pytest.mark.parametrize(
+    ("lq", "lk", "m", "pads"),
+    [(24, 24, 6, None), (24, 24, 6, (0, 9)), (23, 23, 5, (4, 23)), (11, 29, 4, (0, 5))],
+)
+def test_nystromformer_fused_kernels_equal_the_explicit_ones(lq, lk, m, pads):
+    # (0, 9) pads whole segments; (4, 23) a whole sequence; (11, 29) is cross-attention
+    q, k, v = qkv(lq=lq, lk=lk, requires_grad=True)
+    mask = None if pads is None else padding_mask(2, lk, pads)
+    out = nystromformer_attention(q, k, v, m, key_padding_mask=mask)
+    ref = nystromformer_attention_reference(q, k, v, m, key_padding_mask=mask)
+    assert torch.isfinite(out).all()
+    assert_close(out, ref)
+    for a, b in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert torch.isfinite(a).all()
+        assert_close(a, b)
 
 
 def test_nystromformer_mechanism():

@@ -113,7 +113,7 @@ class SkyformerAttention(Attention):
             k,
             v,
             index,
-            landmark_mask=ok,
+            landmark_mask=None if key_padding_mask is None else ok,
             key_padding_mask=key_padding_mask,
             gamma=self.gamma,
             iterations=self.pinv_iterations,

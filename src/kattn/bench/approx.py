@@ -15,7 +15,6 @@ import csv
 import io
 import math
 import statistics
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import features as feature_maps
+from .style import pyplot
 
 #: the variants of the study: (label, feature map, normalise q and k)
 NORM_SWEEP_VARIANTS = (("prf", "prf", False), ("trf", "trf", False), ("nprf", "prf", True))
@@ -128,13 +128,8 @@ _TITLES = {"nprf": "NPRF (q, k normalised: the R curves coincide)"}
 def plot_norm_sweep(rows: list[SweepRow], path: Path, caption: str = "") -> Path | None:
     """Error against M, one line per R, one panel per variant (log-log). None without
     matplotlib (``pip install kattn[plot]``)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        warnings.warn("matplotlib is not installed: no plot written", stacklevel=2)
+    plt = pyplot()
+    if plt is None:
         return None
     variants = list(dict.fromkeys(r.variant for r in rows))
     fig, axes = plt.subplots(1, len(variants), figsize=(4.2 * len(variants), 3.6), sharey=True)

@@ -15,9 +15,16 @@ from .approx import (
     rows_to_csv,
     rows_to_markdown,
 )
+from .spectral import (
+    BERT_INIT_STD,
+    SPECTRAL_PAIRS,
+    plot_spectral,
+    spectral_markdown,
+    spectral_study,
+)
 from .timing import machine_info
 
-EXPERIMENTS = ("norm-sweep",)
+EXPERIMENTS = ("norm-sweep", "spectral")
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -33,35 +40,104 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     kinds = bench.add_subparsers(dest="bench_command", required=True)
     p = kinds.add_parser(
         "approx",
-        help="approximation studies (norm-sweep: seed 000 Fig. 1b)",
+        help="approximation studies (norm-sweep: seed 000 Fig. 1b; spectral: seed 003 Fig. 1)",
         description="norm-sweep: ‖A − Â‖₁ of one softmax attention row against its "
         "random-feature estimate, for q and k on the unit sphere scaled by R, as the number "
-        "of features M grows (PRF, TRF and normalised PRF). Writes CSV, markdown and PNG.",
+        "of features M grows (PRF, TRF and normalised PRF). spectral: relative spectral-norm "
+        "error of the outputs of Skyformer (vs exact Gaussian-kernel attention), "
+        "Nyströmformer, Performer and Linformer (vs softmax) as the number of landmarks / "
+        "features / projected length grows. Each writes CSV, markdown and PNG.",
     )
     p.add_argument("--experiment", choices=EXPERIMENTS, default="norm-sweep")
     p.add_argument("--out", type=Path, default=Path("runs/bench/approx"))
-    p.add_argument("--radii", type=_floats, default=None, help="default 1,2,3,4,5")
-    p.add_argument("--features", type=_ints, default=None, help="default 4,16,64,256,1024")
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--keys", type=int, default=1024)
-    p.add_argument("--seeds", type=int, default=None, help="default 10")
+    p.add_argument(
+        "--features",
+        type=_ints,
+        default=None,
+        help="norm-sweep default 4,16,64,256,1024; spectral 16,32,64,128,256",
+    )
+    p.add_argument("--dim", type=int, default=64, help="head dimension")
+    p.add_argument("--seeds", type=int, default=None, help="default 10 (norm-sweep), 5 (spectral)")
+    p.add_argument("--radii", type=_floats, default=None, help="norm-sweep: default 1,2,3,4,5")
+    p.add_argument("--keys", type=int, default=1024, help="norm-sweep: number of keys")
     p.add_argument(
         "--variants",
         default=",".join(v[0] for v in NORM_SWEEP_VARIANTS),
-        help="comma-separated subset of " + ", ".join(v[0] for v in NORM_SWEEP_VARIANTS),
+        help="norm-sweep: comma-separated subset of "
+        + ", ".join(v[0] for v in NORM_SWEEP_VARIANTS),
     )
+    p.add_argument("--lengths", type=_ints, default=None, help="spectral: default 256,512,1024")
+    p.add_argument("--heads", type=int, default=4, help="spectral: heads (independent samples)")
+    p.add_argument("--input-std", type=float, default=BERT_INIT_STD,
+                   help="spectral: std of the q, k, v entries (default: BERT-base at "
+                   "initialisation, 0.02·√768)")  # fmt: skip
     p.add_argument(
-        "--quick", action="store_true", help="defaults of 2 seeds, M up to 256, R in 1,3,5"
+        "--mechanisms",
+        default=",".join(pair[0] for pair in SPECTRAL_PAIRS),
+        help="spectral: comma-separated subset of " + ", ".join(x[0] for x in SPECTRAL_PAIRS),
     )
+    p.add_argument("--quick", action="store_true", help="a small version of the experiment")
     p.set_defaults(func=cmd_bench_approx)
 
 
 def cmd_bench_approx(args: argparse.Namespace) -> int:
+    if args.experiment == "spectral":
+        return _spectral(args)
+    return _norm_sweep(args)
+
+
+def _subset(text: str, known: list[str], what: str) -> list[str]:
+    chosen = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in chosen if x not in known]
+    if unknown or not chosen:
+        raise ValueError(f"unknown or no {what} {unknown}; choose from {known}")
+    return chosen
+
+
+def _spectral(args: argparse.Namespace) -> int:
+    names = _subset(args.mechanisms, [p[0] for p in SPECTRAL_PAIRS], "mechanism(s)")
+    quick = args.quick
+    seeds = args.seeds or (2 if quick else 5)
+    features = args.features or ((16, 64) if quick else (16, 32, 64, 128, 256))
+    lengths = args.lengths or ((128, 256) if quick else (256, 512, 1024))
+    rows = []
+    for pair in SPECTRAL_PAIRS:
+        if pair[0] in names:
+            print(f"spectral: {pair[0]} ...", file=sys.stderr, flush=True)
+            rows += spectral_study(
+                lengths=lengths,
+                features=features,
+                head_dim=args.dim,
+                heads=args.heads,
+                seeds=seeds,
+                input_std=args.input_std,
+                pairs=(pair,),
+            )
+    info = machine_info()
+    caption = (
+        f"D=Dv={args.dim}, q, k, v entries N(0, {args.input_std:.3g}²); mean over {args.heads} "
+        f"heads × {seeds} seeds (bars: standard error). kattn {info['kattn']}, "
+        f"torch {torch.__version__}"
+    )
+    title = "# Spectral-norm approximation error (seed 003 §4.5, Fig. 1)"
+    return _write(args.out, "spectral", rows, f"{title}\n\n{caption}.\n\n"
+                  + spectral_markdown(rows), plot_spectral, caption)  # fmt: skip
+
+
+def _write(out: Path, stem: str, rows: list, markdown: str, plot, caption: str) -> int:  # type: ignore[no-untyped-def]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.csv").write_text(rows_to_csv(rows))
+    (out / f"{stem}.md").write_text(markdown)
+    png = plot(rows, out / f"{stem}.png", caption)
+    print(markdown)
+    written = [f"{stem}.csv", f"{stem}.md"] + ([f"{stem}.png"] if png else [])
+    print(f"written to {out}: {', '.join(written)}")
+    return 0
+
+
+def _norm_sweep(args: argparse.Namespace) -> int:
     known = {v[0]: v for v in NORM_SWEEP_VARIANTS}
-    chosen = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in chosen if v not in known]
-    if unknown:
-        raise ValueError(f"unknown variant(s) {unknown}; choose from {sorted(known)}")
+    chosen = _subset(args.variants, list(known), "variant(s)")
     quick = args.quick
     args.seeds = args.seeds or (2 if quick else 10)
     args.features = args.features or ((4, 16, 64, 256) if quick else (4, 16, 64, 256, 1024))
@@ -83,12 +159,5 @@ def cmd_bench_approx(args: argparse.Namespace) -> int:
         f"seeds (bars: standard error of the mean). "
         f"kattn {info['kattn']}, torch {torch.__version__}"
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "norm-sweep.csv").write_text(rows_to_csv(rows))
     markdown = f"# Norm sweep (seed 000 §3.3, Fig. 1b)\n\n{caption}.\n\n{rows_to_markdown(rows)}"
-    (args.out / "norm-sweep.md").write_text(markdown)
-    plot = plot_norm_sweep(rows, args.out / "norm-sweep.png", caption)
-    print(markdown)
-    written = ["norm-sweep.csv", "norm-sweep.md"] + (["norm-sweep.png"] if plot else [])
-    print(f"written to {args.out}: {', '.join(written)}")
-    return 0
+    return _write(args.out, "norm-sweep", rows, markdown, plot_norm_sweep, caption)

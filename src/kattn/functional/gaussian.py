@@ -8,6 +8,8 @@ overflows whatever the norms.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -16,13 +18,120 @@ from .numerics import accumulation_dtype
 
 
 def gaussian_kernel(x: Tensor, y: Tensor) -> Tensor:
-    """``exp(−‖x_i − y_j‖²/2)`` for ``x (..., Lx, D)`` and ``y (..., Ly, D)``: ``(..., Lx, Ly)``,
-    as ``exp(x·y − ‖x‖²/2 − ‖y‖²/2)`` with the exponent clamped to ``<= 0`` (it is, up to
-    rounding)."""
-    logits = x @ y.transpose(-1, -2)
-    logits = logits - 0.5 * x.square().sum(dim=-1, keepdim=True)
-    logits = logits - 0.5 * y.square().sum(dim=-1)[..., None, :]
-    return torch.exp(logits.clamp(max=0.0))
+    """``exp(−‖x_i − y_j‖²/2)`` for ``x (..., Lx, D)`` and ``y (..., Ly, D)``: ``(..., Lx, Ly)``.
+
+    Computed as ``exp(x·y − ‖x‖²/2 − ‖y‖²/2)`` with the exponent clamped to ``<= 0`` (it is, up
+    to rounding), in one matrix product and two in-place passes; the backward pass is
+    written out (``∂κ/∂x_i = Σ_j g_ij κ_ij (y_j − x_i)``), so no intermediate of the size of
+    the kernel is kept but the kernel itself. Once differentiable.
+    """
+    if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-1]:
+        raise ValueError(
+            f"x (..., Lx, D) and y (..., Ly, D) must share batch dims and D, got "
+            f"{tuple(x.shape)} and {tuple(y.shape)}"
+        )
+    batch = x.shape[:-2]
+    flat = _GaussianKernel.apply(x.reshape(-1, *x.shape[-2:]), y.reshape(-1, *y.shape[-2:]))
+    return flat.reshape(*batch, x.shape[-2], y.shape[-2])
+
+
+def _kernel(x: Tensor, y: Tensor) -> Tensor:
+    """``κ(x, y)`` of 3-D ``x (N, Lx, D)``, ``y (N, Ly, D)`` in one product and two in-place
+    passes: ``[x, −½‖x‖², 1] · [y, 1, −½‖y‖²]`` is the exponent."""
+    half_x = -0.5 * x.square().sum(dim=-1, keepdim=True)  # (N, Lx, 1)
+    half_y = -0.5 * y.square().sum(dim=-1, keepdim=True)  # (N, Ly, 1)
+    x_aug = torch.cat([x, half_x, torch.ones_like(half_x)], dim=-1)
+    y_aug = torch.cat([y, torch.ones_like(half_y), half_y], dim=-1)
+    return torch.bmm(x_aug, y_aug.transpose(-1, -2)).clamp_(max=0.0).exp_()
+
+
+def _position_grads(
+    weighted: Tensor, x: Tensor, y: Tensor, row: Tensor, col: Tensor, needs: tuple[bool, ...]
+) -> tuple[Tensor | None, Tensor | None]:
+    """Gradients of x and y from ``weighted = ∂L/∂κ ∘ κ`` and its row and column sums:
+    ``∂L/∂x_i = Σ_j weighted_ij (y_j − x_i)``, ``∂L/∂y_j = Σ_i weighted_ij (x_i − y_j)``. (Also
+    where the clamp bit: there x_i = y_j up to rounding, and both sides are 0.)"""
+    grad_x = torch.baddbmm(x * -row, weighted, y) if needs[0] else None
+    grad_y = torch.baddbmm(y * -col, weighted.transpose(-1, -2), x) if needs[1] else None
+    return grad_x, grad_y
+
+
+class _GaussianKernel(torch.autograd.Function):
+    """``κ(x, y)`` for 3-D ``x (N, Lx, D)``, ``y (N, Ly, D)``."""
+
+    @staticmethod
+    def forward(x: Tensor, y: Tensor) -> Tensor:
+        return _kernel(x, y)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(*inputs, output)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        x, y, kernel = ctx.saved_tensors
+        weighted = grad * kernel
+        row, col = weighted.sum(dim=-1, keepdim=True), weighted.sum(dim=-2)[..., None]
+        return _position_grads(weighted, x, y, row, col, ctx.needs_input_grad)
+
+
+def gaussian_product(x: Tensor, y: Tensor, w: Tensor, *, transpose: bool = False) -> Tensor:
+    """``κ(x, y) @ w`` (or ``κ(x, y)ᵀ @ w`` with ``transpose``) with a hand-written backward.
+
+    ``x (..., Lx, D)``, ``y (..., Ly, D)``; ``w (..., Ly, Dv)`` (``(..., Lx, Dv)`` transposed).
+    The backward pass needs no sum over the ``(Lx, Ly)`` kernel: its row and column sums of
+    ``∂L/∂κ ∘ κ`` come from the output and the gradient of w (e.g. ``Σ_j (g wᵀ)_ij κ_ij =
+    Σ_c g_ic out_ic``), so it takes one elementwise pass and four products. Once
+    differentiable.
+    """
+    if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-1]:
+        raise ValueError(
+            f"x (..., Lx, D) and y (..., Ly, D) must share batch dims and D, got "
+            f"{tuple(x.shape)} and {tuple(y.shape)}"
+        )
+    rows = x.shape[-2] if transpose else y.shape[-2]
+    if w.shape[:-2] != x.shape[:-2] or w.shape[-2] != rows:
+        raise ValueError(f"w must be (..., {rows}, Dv), got {tuple(w.shape)}")
+    batch = x.shape[:-2]
+    flat = [t.reshape(-1, *t.shape[-2:]) for t in (x, y, w)]
+    out, _ = _GaussianProduct.apply(*flat, transpose)
+    return out.reshape(*batch, *out.shape[-2:])
+
+
+class _GaussianProduct(torch.autograd.Function):
+    @staticmethod
+    def forward(x: Tensor, y: Tensor, w: Tensor, transpose: bool) -> tuple[Tensor, Tensor]:
+        kernel = _kernel(x, y)
+        return torch.bmm(kernel.transpose(-1, -2) if transpose else kernel, w), kernel
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+        x, y, w, transpose = inputs
+        out, kernel = output
+        ctx.transpose = transpose
+        ctx.mark_non_differentiable(kernel)
+        ctx.set_materialize_grads(False)  # no zero gradient of the kernel output
+        ctx.save_for_backward(x, y, w, out, kernel)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: Tensor | None, _: Tensor | None) -> tuple[Tensor | None, ...]:
+        x, y, w, out, kernel = ctx.saved_tensors
+        if grad is None:
+            return None, None, None, None
+        if ctx.transpose:  # out = κᵀ w (Ly, Dv), w (Lx, Dv)
+            grad_w = torch.bmm(kernel, grad)
+            weighted = torch.bmm(w, grad.transpose(-1, -2)).mul_(kernel)
+            row = (w * grad_w).sum(dim=-1, keepdim=True)
+            col = (grad * out).sum(dim=-1, keepdim=True)
+        else:  # out = κ w (Lx, Dv), w (Ly, Dv)
+            grad_w = torch.bmm(kernel.transpose(-1, -2), grad)
+            weighted = torch.bmm(grad, w.transpose(-1, -2)).mul_(kernel)
+            row = (grad * out).sum(dim=-1, keepdim=True)
+            col = (w * grad_w).sum(dim=-1, keepdim=True)
+        grad_x, grad_y = _position_grads(weighted, x, y, row, col, ctx.needs_input_grad)
+        return grad_x, grad_y, grad_w if ctx.needs_input_grad[2] else None, None
 
 
 def gaussian_attention(

@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .gaussian import gaussian_kernel
+from .gaussian import gaussian_kernel, gaussian_product
 from .numerics import accumulation_dtype
+from .softmax import softmax_attention
 
 #: ``init`` options of :func:`iterative_pinv`.
 PINV_INITS = ("per_matrix", "global")
@@ -46,12 +47,16 @@ def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") 
     else:
         scale = col * abs_m.sum(dim=-1).amax(dim=-1)  # ‖M‖₁ ‖M‖_∞
         scale = scale[..., None, None]
-    z = m.transpose(-1, -2) / scale
-    eye = torch.eye(m.shape[-1], device=m.device, dtype=m.dtype)
-    for _ in range(iterations):
-        mz = m @ z
-        z = 0.25 * z @ (13 * eye - mz @ (15 * eye - mz @ (7 * eye - mz)))
-    return z
+    z = m.transpose(-1, -2) / scale.clamp_min(torch.finfo(m.dtype).tiny)  # pinv(0) = 0
+    batch, n = m.shape[:-2], m.shape[-1]
+    m, z = m.reshape(-1, n, n), z.reshape(-1, n, n)
+    eye = torch.eye(n, device=m.device, dtype=m.dtype)
+    eye_7, eye_15, eye_13 = 7 * eye, 15 * eye, 3.25 * eye
+    for _ in range(iterations):  # the identity terms and the ¼ folded into the products
+        mz = torch.bmm(m, z)
+        inner = torch.baddbmm(eye_15, mz, eye_7 - mz, alpha=-1)
+        z = torch.bmm(z, torch.baddbmm(eye_13, mz, inner, alpha=-0.25))
+    return z.reshape(*batch, n, n)
 
 
 def skyformer_attention(
@@ -87,24 +92,24 @@ def skyformer_attention(
     acc = accumulation_dtype(v.dtype)
     b, h, lq, d = q.shape
     scale = d**-0.25
-    x = torch.cat([q, k], dim=2).to(acc) * scale  # (B, H, Lq+Lk, D)
+    xq, xk = q.to(acc) * scale, k.to(acc) * scale
+    # the landmark rows of [Q; K], gathered from each without forming [Q; K]
     index = landmarks[:, None, :, None].expand(b, h, landmarks.shape[1], d)
-    xs = x.gather(2, index)  # (B, H, S, D)
-    a_q = gaussian_kernel(x[:, :, :lq], xs)  # (B, H, Lq, S)
-    a_k = gaussian_kernel(x[:, :, lq:], xs)  # (B, H, Lk, S)
+    from_q = xq.gather(2, index.clamp(max=lq - 1))
+    from_k = xk.gather(2, (index - lq).clamp(min=0))
+    xs = torch.where(index < lq, from_q, from_k)  # (B, H, S, D)
     core = gaussian_kernel(xs, xs)  # (B, H, S, S)
     eye = torch.eye(core.shape[-1], device=core.device, dtype=core.dtype)
+    keep = None
     if landmark_mask is not None:
-        # ignored landmarks: zero columns, and an identity block that touches nothing else
-        keep = landmark_mask[:, None, None, :].to(acc)
-        a_q, a_k = a_q * keep, a_k * keep
+        # ignored landmarks: zero columns of C̄_{Q,S} and rows of C̄_{S,K}, and an identity
+        # block of the core that touches nothing else
+        keep = landmark_mask[:, None, :, None].to(acc)  # (B, 1, S, 1)
         core = core * keep * keep.transpose(-1, -2) + eye * (1 - keep)
     core = core + gamma * eye
     vv = v.to(acc)
-    if key_padding_mask is not None:
-        pad = key_padding_mask[:, None, :, None]
-        a_k = a_k.masked_fill(pad, 0.0)
-        vv = vv.masked_fill(pad, 0.0)
+    if key_padding_mask is not None:  # padded keys: zero values (their kernel rows then count
+        vv = vv.masked_fill(key_padding_mask[:, None, :, None], 0.0)  # nothing, nor get grads)
     if iterations is None:
         inverse = torch.linalg.inv(core)
     else:
@@ -112,7 +117,14 @@ def skyformer_attention(
         pre = d_half[..., :, None] * core * d_half[..., None, :]
         inverse = d_half[..., :, None] * iterative_pinv(pre, iterations, init=init)
         inverse = inverse * d_half[..., None, :]
-    return (a_q @ (inverse @ (a_k.transpose(-1, -2) @ vv))).to(v.dtype)
+    # C̄_{S,K} V and C̄_{Q,S} W, each fused: no (L, S) matrix is kept for backward
+    summary = gaussian_product(xk, xs, vv, transpose=True)  # (B, H, S, Dv)
+    if keep is not None:
+        summary = summary * keep
+    weights = inverse @ summary
+    if keep is not None:
+        weights = weights * keep
+    return gaussian_product(xq, xs, weights).to(v.dtype)
 
 
 def segment_means(x: Tensor, count: int, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -129,6 +141,9 @@ def segment_means(x: Tensor, count: int, valid: Tensor | None = None) -> tuple[T
     if not 1 <= count <= length:
         raise ValueError(f"count must be in [1, L={length}], got {count}")
     base, extra = divmod(length, count)
+    if extra == 0 and valid is None:  # equal segments: a reshape
+        means = x.reshape(b, h, count, base, d).mean(dim=3)
+        return means, torch.ones(b, count, dtype=torch.bool, device=x.device)
     sizes = torch.full((count,), base, device=x.device)
     sizes[count - extra :] += 1
     segment = torch.repeat_interleave(torch.arange(count, device=x.device), sizes)  # (L,)
@@ -150,6 +165,25 @@ def _masked_softmax(logits: Tensor, keep: Tensor | None) -> Tensor:
         return torch.softmax(logits, dim=-1)
     logits = logits.masked_fill(~keep, torch.finfo(logits.dtype).min)
     return torch.softmax(logits, dim=-1) * keep.any(dim=-1, keepdim=True)
+
+
+def _landmarks(
+    q: Tensor, k: Tensor, v: Tensor, num_landmarks: int, key_padding_mask: Tensor | None
+) -> tuple[Tensor, ...]:
+    """Nyströmformer's inputs in the accumulation dtype (q, k scaled by ``D^{-¼}``, padded
+    values zeroed) and its segment-mean landmarks with their validity."""
+    acc = accumulation_dtype(v.dtype)
+    lq, d = q.shape[2:]
+    lk = k.shape[2]
+    scale = d**-0.25
+    q32, k32, v32 = q.to(acc) * scale, k.to(acc) * scale, v.to(acc)
+    keys_ok = None if key_padding_mask is None else ~key_padding_mask
+    if keys_ok is not None:
+        v32 = v32.masked_fill(~keys_ok[:, None, :, None], 0.0)
+    queries_ok = keys_ok if lq == lk else None
+    q_land, q_land_ok = segment_means(q32, min(num_landmarks, lq), queries_ok)
+    k_land, k_land_ok = segment_means(k32, min(num_landmarks, lk), keys_ok)
+    return q32, k32, v32, q_land, q_land_ok, k_land, k_land_ok
 
 
 def nystromformer_attention(
@@ -179,20 +213,42 @@ def nystromformer_attention(
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
     """
     acc = accumulation_dtype(v.dtype)
-    lq, d = q.shape[2:]
-    lk = k.shape[2]
-    scale = d**-0.25
-    q32, k32, v32 = q.to(acc) * scale, k.to(acc) * scale, v.to(acc)
-    keys_ok = None if key_padding_mask is None else ~key_padding_mask
-    if keys_ok is not None:
-        v32 = v32.masked_fill(~keys_ok[:, None, :, None], 0.0)
-    queries_ok = keys_ok if lq == lk else None
-    q_land, q_land_ok = segment_means(q32, min(num_landmarks, lq), queries_ok)
-    k_land, k_land_ok = segment_means(k32, min(num_landmarks, lk), keys_ok)
-    land_keep = k_land_ok[:, None, None, :]  # (B, 1, 1, m)
+    q32, k32, v32, q_land, q_land_ok, k_land, k_land_ok = _landmarks(
+        q, k, v, num_landmarks, key_padding_mask
+    )
+    land_pad = None if k_land_ok.all() else ~k_land_ok  # (B, m), True: no valid token
+    kernel_2 = _masked_softmax(
+        q_land @ k_land.transpose(-1, -2), None if land_pad is None else k_land_ok[:, None, None]
+    )  # (B, H, m, m)
+    inverse = iterative_pinv(kernel_2, iterations, init=init)
+    # The two long kernels are softmax attentions: m landmark queries over the Lk keys, and the
+    # Lq queries over the m landmark keys (fused, never an (Lq, m) or (m, Lk) matrix kept).
+    summary = softmax_attention(q_land, k32, v32, key_padding_mask=key_padding_mask, scale=1.0)
+    if not q_land_ok.all():  # landmarks of padding only: zero rows of the third kernel
+        summary = summary * q_land_ok[:, None, :, None].to(acc)
+    out = softmax_attention(q32, k_land, inverse @ summary, key_padding_mask=land_pad, scale=1.0)
+    return out.to(v.dtype)
+
+
+def nystromformer_attention_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    num_landmarks: int,
+    *,
+    key_padding_mask: Tensor | None = None,
+    iterations: int = 6,
+    init: str = "per_matrix",
+) -> Tensor:
+    """:func:`nystromformer_attention` with its three kernels as explicit matrices (for tests)."""
+    acc = accumulation_dtype(v.dtype)
+    q32, k32, v32, q_land, q_land_ok, k_land, k_land_ok = _landmarks(
+        q, k, v, num_landmarks, key_padding_mask
+    )
+    land_keep = k_land_ok[:, None, None, :]
     kernel_1 = _masked_softmax(q32 @ k_land.transpose(-1, -2), land_keep)  # (B, H, Lq, m)
     kernel_2 = _masked_softmax(q_land @ k_land.transpose(-1, -2), land_keep)  # (B, H, m, m)
-    key_keep = None if keys_ok is None else keys_ok[:, None, None, :]
+    key_keep = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
     kernel_3 = _masked_softmax(q_land @ k32.transpose(-1, -2), key_keep)  # (B, H, m, Lk)
     kernel_3 = kernel_3 * q_land_ok[:, None, :, None].to(acc)
     inverse = iterative_pinv(kernel_2, iterations, init=init)

@@ -1,0 +1,45 @@
+"""How benchmark plots look: one colour per mechanism, the same in every plot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: fixed colours (matplotlib's tab20 and tab10 hues) so a mechanism is recognisable across plots
+MECHANISM_COLORS = {
+    "softmax": "#000000",
+    "softmax (materialised)": "#7f7f7f",
+    "performer": "#1f77b4",
+    "rfa": "#aec7e8",
+    "linear": "#17becf",
+    "kernelized": "#9edae5",
+    "nprf_rpe": "#2ca02c",
+    "prf_rpe": "#98df8a",
+    "gaussian": "#8c564b",
+    "skyformer": "#d62728",
+    "nystromformer": "#ff7f0e",
+    "linformer": "#9467bd",
+}
+_FALLBACK = ("#bcbd22", "#e377c2", "#c49c94", "#f7b6d2", "#c5b0d5", "#dbdb8d", "#ff9896")
+
+
+def mechanism_color(name: str) -> str:
+    """The colour of ``name`` (a stable pick from a spare palette for unlisted names)."""
+    if name in MECHANISM_COLORS:
+        return MECHANISM_COLORS[name]
+    return _FALLBACK[sum(name.encode()) % len(_FALLBACK)]
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None (with a warning) when
+    matplotlib is not installed (``pip install kattn[plot]``)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        import warnings
+
+        warnings.warn("matplotlib is not installed: no plot written", stacklevel=3)
+        return None
+    return plt
