@@ -10,6 +10,7 @@ from kattn.functional.gaussian import (
     gaussian_attention,
     gaussian_attention_reference,
     gaussian_kernel,
+    gaussian_product,
 )
 from kattn.functional.nystrom import (
     iterative_pinv,
@@ -49,6 +50,24 @@ def test_gaussian_mechanism():
     torch.testing.assert_close(attn(q, k, v), gaussian_attention_reference(q, k, v))
     with pytest.raises(ValueError, match="dropout"):
         kattn.build("gaussian", head_dim=16, num_heads=3, dropout=1.0)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_fused_gaussian_product_and_kernel_have_exact_gradients(transpose):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 7, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(2, 3, 4, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 3, 7 if transpose else 4, 6, generator=g, dtype=torch.float64)
+    w.requires_grad_()
+    product = lambda a, b, c: gaussian_product(a, b, c, transpose=transpose)  # noqa: E731
+    assert torch.autograd.gradcheck(product, (x, y, w))
+    assert torch.autograd.gradcheck(gaussian_kernel, (x, y))
+    kernel = torch.exp(-0.5 * torch.cdist(x, y).square())
+    expected = kernel.transpose(-1, -2) @ w if transpose else kernel @ w
+    assert_close(product(x, y, w), expected)
+    assert_close(gaussian_kernel(x, x).diagonal(dim1=-2, dim2=-1), torch.ones(2, 3, 7))
+    with pytest.raises(ValueError, match="w must be"):
+        gaussian_product(x, y, w[..., :2, :], transpose=transpose)
 
 
 def psd(n, cond, seed=0):
@@ -92,6 +111,10 @@ def test_global_init_of_the_released_code():
         iterative_pinv(well, init="exact")
     with pytest.raises(ValueError, match="n, n"):
         iterative_pinv(torch.zeros(3, 4))
+    zero = torch.zeros(2, 5, 5, requires_grad=True)  # pinv(0) = 0, finite gradient
+    inverse = iterative_pinv(zero, 6)
+    inverse.sum().backward()
+    assert not inverse.any() and torch.isfinite(zero.grad).all()
 
 
 def dense_skyformer(q, k, v, index, gamma):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ..registry import available
 from .approx import (
     NORM_SWEEP_VARIANTS,
     norm_sweep,
@@ -21,6 +22,13 @@ from .spectral import (
     plot_spectral,
     spectral_markdown,
     spectral_study,
+)
+from .stability import (
+    LEARNING_RATE,
+    TABLE3_MECHANISMS,
+    plot_stability,
+    stability_markdown,
+    stability_study,
 )
 from .timing import machine_info
 
@@ -78,12 +86,63 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--quick", action="store_true", help="a small version of the experiment")
     p.set_defaults(func=cmd_bench_approx)
+    st = kinds.add_parser(
+        "stability",
+        help="instability score of the first training steps (seed 003 Appendix F)",
+        description="τ_i = ‖f(x_i, W_i) − f(x_i, W_{i−1})‖² / ‖W_i − W_{i−1}‖² over the first "
+        "optimiser steps of a 2-layer encoder (Skyformer's LRA model), as a ratio to softmax "
+        "attention from the same start on the same batches. Writes CSV, markdown and PNG.",
+    )
+    st.add_argument(
+        "--mechanisms",
+        default=",".join(TABLE3_MECHANISMS),
+        help="comma-separated registered mechanisms (softmax is the baseline)",
+    )
+    st.add_argument("--steps", type=int, default=None, help="default 20")
+    st.add_argument("--seeds", type=int, default=None, help="default 5")
+    st.add_argument("--batch", type=int, default=8)
+    st.add_argument("--length", type=int, default=None, help="default 512")
+    st.add_argument(
+        "--lr",
+        type=float,
+        default=LEARNING_RATE,
+        help="default 4e-6: the first steps of the paper's one-cycle schedule",
+    )
+    st.add_argument("--out", type=Path, default=Path("runs/bench/stability"))
+    st.add_argument("--quick", action="store_true", help="defaults of 5 steps, 1 seed, length 160")
+    st.set_defaults(func=cmd_bench_stability)
 
 
 def cmd_bench_approx(args: argparse.Namespace) -> int:
     if args.experiment == "spectral":
         return _spectral(args)
     return _norm_sweep(args)
+
+
+def cmd_bench_stability(args: argparse.Namespace) -> int:
+    names = _subset(args.mechanisms, [n for n in available() if n != "softmax"], "mechanism(s)")
+    quick = args.quick
+    args.steps = args.steps or (5 if quick else 20)
+    args.seeds = args.seeds or (1 if quick else 5)
+    args.length = args.length or (160 if quick else 512)
+    rows = stability_study(
+        names,
+        steps=args.steps,
+        seeds=args.seeds,
+        batch=args.batch,
+        length=args.length,
+        lr=args.lr,
+        progress=lambda text: print(f"stability: {text}", file=sys.stderr, flush=True),
+    )
+    info = machine_info()
+    caption = (
+        f"2 pre-LN layers, width 64, 2 heads, MLP 128; batch {args.batch} × {args.length} "
+        f"synthetic tokens; AdamW lr {args.lr:g}; {args.steps} steps, {args.seeds} seed(s). "
+        f"kattn {info['kattn']}, torch {torch.__version__}"
+    )
+    title = "# Instability score (seed 003 Appendix F, Table 3)"
+    markdown = f"{title}\n\n{caption}.\n\n{stability_markdown(rows)}"
+    return _write(args.out, "stability", rows, markdown, plot_stability, caption)
 
 
 def _subset(text: str, known: list[str], what: str) -> list[str]:

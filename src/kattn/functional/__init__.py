@@ -1,5 +1,11 @@
 """Pure tensor maths on ``(B, H, L, ·)`` tensors; a slow reference beside each fast path."""
 
+from .gaussian import (
+    gaussian_attention,
+    gaussian_attention_reference,
+    gaussian_kernel,
+    gaussian_product,
+)
 from .linear import (
     linear_attention,
     linear_attention_cumsum,
@@ -15,6 +21,13 @@ from .linear_causal import (
 from .linear_step import linear_attention_step
 from .masks import allowed_keys
 from .numerics import accumulation_dtype, exp_nonpositive, guard_normaliser
+from .nystrom import (
+    iterative_pinv,
+    nystromformer_attention,
+    nystromformer_attention_reference,
+    segment_means,
+    skyformer_attention,
+)
 from .softmax import softmax_attention, softmax_attention_reference
 
 __all__ = [
@@ -22,7 +35,12 @@ __all__ = [
     "accumulation_dtype",
     "allowed_keys",
     "exp_nonpositive",
+    "gaussian_attention",
+    "gaussian_attention_reference",
+    "gaussian_kernel",
+    "gaussian_product",
     "guard_normaliser",
+    "iterative_pinv",
     "linear_attention",
     "linear_attention_chunked",
     "linear_attention_cumsum",
@@ -31,6 +49,10 @@ __all__ = [
     "linear_attention_prefill",
     "linear_attention_reference",
     "linear_attention_step",
+    "nystromformer_attention",
+    "nystromformer_attention_reference",
+    "segment_means",
+    "skyformer_attention",
     "softmax_attention",
     "softmax_attention_reference",
 ]

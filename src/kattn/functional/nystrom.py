@@ -47,15 +47,18 @@ def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") 
     else:
         scale = col * abs_m.sum(dim=-1).amax(dim=-1)  # ‖M‖₁ ‖M‖_∞
         scale = scale[..., None, None]
-    z = m.transpose(-1, -2) / scale.clamp_min(torch.finfo(m.dtype).tiny)  # pinv(0) = 0
+    # pinv(0) = 0, with a finite gradient (no division by a zero scale)
+    z = m.transpose(-1, -2) / torch.where(scale > 0, scale, torch.ones_like(scale))
     batch, n = m.shape[:-2], m.shape[-1]
     m, z = m.reshape(-1, n, n), z.reshape(-1, n, n)
     eye = torch.eye(n, device=m.device, dtype=m.dtype)
-    eye_7, eye_15, eye_13 = 7 * eye, 15 * eye, 3.25 * eye
-    for _ in range(iterations):  # the identity terms and the ¼ folded into the products
+    # ¼(13I − X(15I − X(7I − X))) = 3.25I + X(−3.75I + X(1.75I − ¼X)), X = MZ: the identity
+    # terms and the ¼ folded into the products
+    eye_a, eye_b, eye_c = 1.75 * eye, -3.75 * eye, 3.25 * eye
+    for _ in range(iterations):
         mz = torch.bmm(m, z)
-        inner = torch.baddbmm(eye_15, mz, eye_7 - mz, alpha=-1)
-        z = torch.bmm(z, torch.baddbmm(eye_13, mz, inner, alpha=-0.25))
+        inner = torch.baddbmm(eye_b, mz, torch.add(eye_a, mz, alpha=-0.25))
+        z = torch.bmm(z, torch.baddbmm(eye_c, mz, inner))
     return z.reshape(*batch, n, n)
 
 
@@ -110,18 +113,16 @@ def skyformer_attention(
     vv = v.to(acc)
     if key_padding_mask is not None:  # padded keys: zero values (their kernel rows then count
         vv = vv.masked_fill(key_padding_mask[:, None, :, None], 0.0)  # nothing, nor get grads)
-    if iterations is None:
-        inverse = torch.linalg.inv(core)
-    else:
-        d_half = core.sum(dim=-1).rsqrt()  # D^{-½}
-        pre = d_half[..., :, None] * core * d_half[..., None, :]
-        inverse = d_half[..., :, None] * iterative_pinv(pre, iterations, init=init)
-        inverse = inverse * d_half[..., None, :]
     # C̄_{S,K} V and C̄_{Q,S} W, each fused: no (L, S) matrix is kept for backward
     summary = gaussian_product(xk, xs, vv, transpose=True)  # (B, H, S, Dv)
     if keep is not None:
         summary = summary * keep
-    weights = inverse @ summary
+    if iterations is None:
+        weights = torch.linalg.solve(core, summary)
+    else:  # (M+γI)^{-1} = D^{-½} pinv(D^{-½}(M+γI)D^{-½}) D^{-½}, D the row sums
+        d_half = core.sum(dim=-1, keepdim=True).rsqrt()  # (B, H, S, 1)
+        pre = d_half * core * d_half.transpose(-1, -2)
+        weights = d_half * (iterative_pinv(pre, iterations, init=init) @ (d_half * summary))
     if keep is not None:
         weights = weights * keep
     return gaussian_product(xq, xs, weights).to(v.dtype)

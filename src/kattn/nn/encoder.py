@@ -1,0 +1,233 @@
+"""A Transformer encoder whose attention is any registered mechanism.
+
+The block of the papers' LRA models: pre-LN (``x + Dropout(MHA(LN(x)))``, then
+``x + MLP(LN(x))`` with ``MLP = Linear → GELU → Dropout → Linear``) or post-LN, token
+embedding plus learned or sinusoidal positions, a final LayerNorm in the pre-LN form.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .multihead import MultiheadAttention
+
+#: ``positions`` options of :class:`TransformerEncoder`.
+POSITIONS = ("learned", "sinusoidal", "none")
+
+
+class EncoderLayer(nn.Module):
+    """One Transformer block: self-attention with ``mechanism`` and a GELU MLP.
+
+    Args:
+        dim: model width; num_heads: heads (``dim`` must be a multiple); ffn_dim: MLP width.
+        mechanism, max_len, **options: the attention (``kattn.available()``) and its options.
+        dropout: on the attention output, inside and after the MLP.
+        attention_dropout: on the attention weights (mechanisms that have them).
+        norm_first: pre-LN (default, as the papers' LRA code) or post-LN.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        ffn_dim: int,
+        *,
+        mechanism: str = "softmax",
+        max_len: int | None = None,
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        norm_first: bool = True,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        self.attn = MultiheadAttention(
+            dim,
+            num_heads,
+            dropout=attention_dropout,
+            batch_first=True,
+            mechanism=mechanism,
+            max_len=max_len,
+            **options,
+        )
+        self.norm_attn, self.norm_ffn = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.ffn = nn.Sequential(
+            nn.Linear(dim, ffn_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(ffn_dim, dim)
+        )
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def _attend(self, x: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
+        out = self.attn(x, x, x, key_padding_mask=key_padding_mask, is_causal=causal)[0]
+        return self.dropout(out)
+
+    def forward(
+        self, x: Tensor, key_padding_mask: Tensor | None = None, *, causal: bool = False
+    ) -> Tensor:
+        """``x (B, L, dim)``; ``key_padding_mask (B, L)`` bool, True marks padding."""
+        if self.norm_first:
+            x = x + self._attend(self.norm_attn(x), key_padding_mask, causal)
+            return x + self.dropout(self.ffn(self.norm_ffn(x)))
+        x = self.norm_attn(x + self._attend(x, key_padding_mask, causal))
+        return self.norm_ffn(x + self.dropout(self.ffn(x)))
+
+
+def sinusoidal_positions(length: int, dim: int) -> Tensor:
+    """The fixed positions of Vaswani et al.: ``sin``/``cos`` of ``pos / 10000^(2i/dim)``."""
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return table
+
+
+class TransformerEncoder(nn.Module):
+    """Token ids ``(B, L)`` to features ``(B, L, dim)``: embedding, positions, ``depth``
+    :class:`EncoderLayer` blocks, and (pre-LN) a final LayerNorm.
+
+    Args:
+        vocab_size: number of token ids; max_len: longest sequence (positions, mechanisms
+            that need it).
+        dim, depth, num_heads, ffn_dim: the shape (Skyformer's LRA model: 64, 2, 2, 128).
+        mechanism, **options: the attention of every layer and its options.
+        positions: ``"learned"``, ``"sinusoidal"`` or ``"none"``.
+        dropout, attention_dropout, norm_first: of the blocks (and dropout after embedding).
+        embedding_std: std of the normal init of the token and learned position embeddings
+            (0.02 as the Skyformer/Nyströmformer LRA code; LRA's JAX models use 1.0).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        *,
+        dim: int = 64,
+        depth: int = 2,
+        num_heads: int = 2,
+        ffn_dim: int = 128,
+        mechanism: str = "softmax",
+        positions: str = "learned",
+        dropout: float = 0.0,
+        attention_dropout: float = 0.0,
+        norm_first: bool = True,
+        embedding_std: float = 0.02,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        if positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        if vocab_size < 1 or max_len < 1 or depth < 1:
+            raise ValueError(
+                f"vocab_size, max_len and depth must be positive, got {vocab_size}, {max_len}, "
+                f"{depth}"
+            )
+        self.max_len = max_len
+        self.embedding = nn.Embedding(vocab_size, dim)
+        self.position: nn.Embedding | None = None
+        self.register_buffer("sinusoid", None, persistent=False)
+        if positions == "learned":
+            self.position = nn.Embedding(max_len, dim)
+        elif positions == "sinusoidal":
+            self.sinusoid = sinusoidal_positions(max_len, dim)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                dim,
+                num_heads,
+                ffn_dim,
+                mechanism=mechanism,
+                max_len=max_len,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                norm_first=norm_first,
+                **options,
+            )
+            for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
+        nn.init.normal_(self.embedding.weight, std=embedding_std)
+        if self.position is not None:
+            nn.init.normal_(self.position.weight, std=embedding_std)
+
+    def embed(self, tokens: Tensor) -> Tensor:
+        """Token plus position embeddings, ``(B, L, dim)``."""
+        length = tokens.shape[1]
+        if length > self.max_len:
+            raise ValueError(f"sequence length {length} exceeds max_len={self.max_len}")
+        x = self.embedding(tokens)
+        if self.position is not None:
+            x = x + self.position.weight[:length]
+        elif self.sinusoid is not None:
+            x = x + self.sinusoid[:length].to(x.dtype)
+        return self.dropout(x)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        key_padding_mask: Tensor | None = None,
+        *,
+        causal: bool = False,
+        final_norm: bool = True,
+    ) -> Tensor:
+        """``tokens (B, L)`` → ``(B, L, dim)``; ``final_norm=False`` returns the last block's
+        output before the final LayerNorm."""
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, key_padding_mask, causal=causal)
+        return self.norm(x) if final_norm else x
+
+    def regularization_loss(self) -> Tensor:
+        """Sum of the attention mechanisms' penalties (0 for most mechanisms)."""
+        total = torch.zeros((), device=self.embedding.weight.device)
+        for layer in self.layers:
+            assert isinstance(layer, EncoderLayer)
+            total = total + layer.attn.attention.regularization_loss()
+        return total
+
+
+class SequenceClassifier(nn.Module):
+    """:class:`TransformerEncoder`, pooling over the non-padded tokens (``"mean"``) or the
+    first token (``"cls"``), and the LRA head ``Linear → ReLU → Linear``.
+
+    Args:
+        num_classes: output classes; pooling: ``"mean"`` or ``"cls"``;
+        head_hidden: hidden width of the head (default 2·dim); **encoder: of the encoder.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        num_classes: int,
+        *,
+        pooling: str = "mean",
+        head_hidden: int | None = None,
+        **encoder: Any,
+    ) -> None:
+        super().__init__()
+        if pooling not in ("mean", "cls"):
+            raise ValueError(f"pooling must be 'mean' or 'cls', got {pooling!r}")
+        self.encoder = TransformerEncoder(vocab_size, max_len, **encoder)
+        dim = self.encoder.embedding.embedding_dim
+        hidden = head_hidden or 2 * dim
+        self.pooling = pooling
+        self.head = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
+
+    def pool(self, x: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        if self.pooling == "cls":
+            return x[:, 0]
+        if key_padding_mask is None:
+            return x.mean(dim=1)
+        keep = (~key_padding_mask).to(x.dtype)[..., None]
+        return (x * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1.0)
+
+    def forward(self, tokens: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
+        """Logits ``(B, num_classes)``."""
+        return self.head(self.pool(self.encoder(tokens, key_padding_mask), key_padding_mask))
+
+    def regularization_loss(self) -> Tensor:
+        return self.encoder.regularization_loss()

@@ -1,0 +1,26 @@
+"""The benchmark scripts run end to end (``--quick``) and write their tables."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_nystrom_speed_quick_run_writes_results(tmp_path):
+    script = ROOT / "benchmarks" / "nystrom_speed.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (md,) = tmp_path.glob("nystrom-*-quick.md")
+    (js,) = tmp_path.glob("nystrom-*-quick.json")
+    report = json.loads(js.read_text())
+    assert set(report["seconds"]) == {"256", "512"}
+    assert report["correctness"]["skyformer"] < 1e-3
+    text = md.read_text()
+    assert "| 512 | skyformer |" in text and "Peak memory (MiB)" in text
