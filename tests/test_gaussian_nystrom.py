@@ -193,6 +193,50 @@ def test_skyformer_landmarks():
         kattn.build("skyformer", head_dim=16, num_heads=2, pinv_init="exact")
 
 
+@pytest.mark.parametrize("length", [30, 3])  # 3: every row is a landmark
+def test_skyformer_padding_garbage_and_no_mask(length):
+    attn = kattn.build("skyformer", head_dim=16, num_heads=2, num_landmarks=8).eval()
+    q, k, v = qkv(lq=length, h=2, d=16, dtype=torch.float32, requires_grad=True)
+    mask = padding_mask(2, length, (0, 1))
+    out = attn(q, k, v, key_padding_mask=mask)
+    nan = [x.detach().clone() for x in (q, k, v)]
+    for x in nan:
+        x[1, :, -1] = float("nan")  # padded position: NaN everywhere
+    out_nan = attn(*nan, key_padding_mask=mask)
+    torch.testing.assert_close(out_nan[:, :, : length - 1], out[:, :, : length - 1])
+    out[:, :, : length - 1].sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in (q, k, v))
+    assert not k.grad[1, :, -1].any() and not v.grad[1, :, -1].any()  # padded keys: no grad
+    no_pad = torch.zeros(2, length, dtype=torch.bool)
+    torch.testing.assert_close(attn(q, k, v), attn(q, k, v, key_padding_mask=no_pad))
+
+
+def test_skyformer_under_autocast_runs_its_kernels_in_float32():
+    attn = kattn.build("skyformer", head_dim=16, num_heads=2, num_landmarks=8).eval()
+    q, k, v = qkv(lq=40, h=2, d=16, dtype=torch.float32, requires_grad=True)
+    exact = attn(q, k, v)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = attn(q, k, v)
+        (out.float() * 2).sum().backward()
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, exact)
+    assert all(torch.isfinite(x.grad).all() for x in (q, k, v))
+
+
+def test_gaussian_kernel_broadcasts_and_grads_each_input_alone():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 3, 6, 4, generator=g, dtype=torch.float64)
+    y = torch.randn(1, 3, 5, 4, generator=g, dtype=torch.float64)
+    w = torch.randn(5, 2, generator=g, dtype=torch.float64)
+    expected = torch.exp(-0.5 * torch.cdist(x, y.expand(2, -1, -1, -1)).square())
+    assert_close(gaussian_kernel(x, y), expected)
+    assert_close(gaussian_product(x, y, w), expected @ w)
+    for i in range(3):  # only one input needs a gradient
+        args = [t.clone().requires_grad_(j == i) for j, t in enumerate((x, y, w))]
+        assert torch.autograd.gradcheck(gaussian_product, args)
+    assert gaussian_kernel(x[:, :, :0], y).shape == (2, 3, 0, 5)
+
+
 def nystrom_reference(q, k, v, m, mask=None):
     """The three kernels written out with explicit segment means (float64, 100 pinv steps
     replaced by the exact pseudo-inverse)."""

@@ -122,9 +122,19 @@ def cmd_bench_approx(args: argparse.Namespace) -> int:
 def cmd_bench_stability(args: argparse.Namespace) -> int:
     names = _subset(args.mechanisms, [n for n in available() if n != "softmax"], "mechanism(s)")
     quick = args.quick
-    args.steps = args.steps or (5 if quick else 20)
-    args.seeds = args.seeds or (1 if quick else 5)
-    args.length = args.length or (160 if quick else 512)
+    defaults = {"steps": (5, 20), "seeds": (1, 5), "length": (160, 512)}
+    for key, (small, full) in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, small if quick else full)
+    for key in ("steps", "seeds", "length", "batch"):
+        if getattr(args, key) < 1:
+            raise ValueError(f"--{key} must be >= 1, got {getattr(args, key)}")
+    if args.length <= 128:
+        print(
+            f"stability: note: at length {args.length} <= 128 landmarks, skyformer and "
+            "nystromformer take every token as a landmark (Nyströmformer is exact there)",
+            file=sys.stderr,
+        )
     rows = stability_study(
         names,
         steps=args.steps,
@@ -146,7 +156,7 @@ def cmd_bench_stability(args: argparse.Namespace) -> int:
 
 
 def _subset(text: str, known: list[str], what: str) -> list[str]:
-    chosen = [x.strip() for x in text.split(",") if x.strip()]
+    chosen = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
     unknown = [x for x in chosen if x not in known]
     if unknown or not chosen:
         raise ValueError(f"unknown or no {what} {unknown}; choose from {known}")

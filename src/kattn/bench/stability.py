@@ -68,14 +68,23 @@ def synthetic_batches(
 
 
 def instability_scores(
-    model: SequenceClassifier, batches: Sequence[Batch], *, lr: float = LEARNING_RATE
+    model: SequenceClassifier,
+    batches: Sequence[Batch],
+    *,
+    lr: float = LEARNING_RATE,
+    seed: int = 0,
 ) -> list[float]:
     """τ_i for each batch, training ``model`` in place (AdamW as in the paper's LRA code:
-    betas (0.9, 0.999), eps 1e-6, no weight decay; gradient values clipped to 1)."""
+    betas (0.9, 0.999), eps 1e-6, no weight decay; gradient values clipped to 1).
+
+    ``‖W_i − W_{i−1}‖²`` runs over every trainable parameter, as the paper defines it. The
+    global RNG is seeded from ``seed`` and the step before each training forward, so models
+    that draw nothing else get the same dropout masks."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0)
     scores = []
-    for tokens, labels in batches:
+    for step, (tokens, labels) in enumerate(batches):
+        torch.manual_seed(1_000_003 * seed + step)
         model.train()
         loss = F.cross_entropy(model(tokens), labels) + model.regularization_loss()
         optimiser.zero_grad(set_to_none=True)
@@ -133,7 +142,7 @@ def stability_study(
         )
         softmax = build_model("softmax", seed=seed, length=length, vocab=vocab, classes=classes)
         start = {k: v.clone() for k, v in softmax.state_dict().items()}
-        base = instability_scores(softmax, batches, lr=lr)
+        base = instability_scores(softmax, batches, lr=lr, seed=seed)
         softmax.load_state_dict(start)
         for name in ("softmax", *mechanisms):
             if progress is not None:
@@ -144,7 +153,7 @@ def stability_study(
                 model = build_model(
                     name, seed=seed, length=length, vocab=vocab, classes=classes, reference=softmax
                 )
-                taus = instability_scores(model, batches, lr=lr)
+                taus = instability_scores(model, batches, lr=lr, seed=seed)
             for i, (tau, ref) in enumerate(zip(taus, base, strict=True), start=1):
                 rows.append(StepScore(name, seed, i, tau, tau / ref))
     return rows
@@ -191,11 +200,14 @@ def plot_stability(rows: Sequence[StepScore], path: Path, caption: str = "") -> 
             for s in steps
         ]
         ax.plot(steps, means, marker="o", markersize=3, color=mechanism_color(name), label=name)
-    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
+    from matplotlib.ticker import FixedLocator, MaxNLocator, NullLocator
 
     ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    low, high = ax.get_ylim()
+    ticks = [2.0**e for e in range(-6, 7) if low <= 2.0**e <= high] or [1.0]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_yticklabels([f"{t:g}" for t in ticks])
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("optimiser step i")
     ax.set_ylabel("τ_i / τ_i(softmax)")

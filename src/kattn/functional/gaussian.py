@@ -8,31 +8,43 @@ overflows whatever the norms.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .masks import allowed_keys
-from .numerics import accumulation_dtype
+from .numerics import accumulation_dtype, autocast_off, without_autocast
 
 
 def gaussian_kernel(x: Tensor, y: Tensor) -> Tensor:
-    """``exp(−‖x_i − y_j‖²/2)`` for ``x (..., Lx, D)`` and ``y (..., Ly, D)``: ``(..., Lx, Ly)``.
+    """``exp(−‖x_i − y_j‖²/2)`` for ``x (..., Lx, D)`` and ``y (..., Ly, D)``: ``(..., Lx, Ly)``
+    (batch dims broadcast).
 
     Computed as ``exp(x·y − ‖x‖²/2 − ‖y‖²/2)`` with the exponent clamped to ``<= 0`` (it is, up
-    to rounding), in one matrix product and two in-place passes; the backward pass is
-    written out (``∂κ/∂x_i = Σ_j g_ij κ_ij (y_j − x_i)``), so no intermediate of the size of
-    the kernel is kept but the kernel itself. Once differentiable.
+    to rounding), in one matrix product and two in-place passes, outside autocast (in the
+    dtype of the inputs); the backward pass is written out (``∂κ_ij/∂x_i = κ_ij (y_j − x_i)``),
+    so nothing of the size of the kernel is kept but the kernel itself. Once differentiable
+    (no double backward).
     """
-    if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-1]:
+    batch, (x, y) = _flatten("x (..., Lx, D) and y (..., Ly, D)", x, y)
+    return _GaussianKernel.apply(x, y).reshape(*batch, x.shape[-2], y.shape[-2])
+
+
+def _flatten(what: str, *tensors: Tensor) -> tuple[tuple[int, ...], list[Tensor]]:
+    """Broadcast the batch dims of ``tensors`` (all ``(..., rows, cols)``) and flatten them to
+    one: the batch shape and the 3-D tensors."""
+    if any(t.dim() < 2 for t in tensors) or tensors[0].shape[-1] != tensors[1].shape[-1]:
         raise ValueError(
-            f"x (..., Lx, D) and y (..., Ly, D) must share batch dims and D, got "
-            f"{tuple(x.shape)} and {tuple(y.shape)}"
+            f"{what} must share D, got " + ", ".join(str(tuple(t.shape)) for t in tensors)
         )
-    batch = x.shape[:-2]
-    flat = _GaussianKernel.apply(x.reshape(-1, *x.shape[-2:]), y.reshape(-1, *y.shape[-2:]))
-    return flat.reshape(*batch, x.shape[-2], y.shape[-2])
+    try:
+        batch = tuple(torch.broadcast_shapes(*(t.shape[:-2] for t in tensors)))
+    except RuntimeError as error:
+        raise ValueError(f"{what}: batch dims do not broadcast ({error})") from None
+    n = math.prod(batch)
+    return batch, [t.expand(*batch, *t.shape[-2:]).reshape(n, *t.shape[-2:]) for t in tensors]
 
 
 def _kernel(x: Tensor, y: Tensor) -> Tensor:
@@ -61,7 +73,8 @@ class _GaussianKernel(torch.autograd.Function):
 
     @staticmethod
     def forward(x: Tensor, y: Tensor) -> Tensor:
-        return _kernel(x, y)
+        with autocast_off(x):
+            return _kernel(x, y)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
@@ -71,39 +84,37 @@ class _GaussianKernel(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         x, y, kernel = ctx.saved_tensors
-        weighted = grad * kernel
-        row, col = weighted.sum(dim=-1, keepdim=True), weighted.sum(dim=-2)[..., None]
-        return _position_grads(weighted, x, y, row, col, ctx.needs_input_grad)
+        with autocast_off(x):
+            weighted = grad.to(kernel.dtype) * kernel
+            row, col = weighted.sum(dim=-1, keepdim=True), weighted.sum(dim=-2)[..., None]
+            return _position_grads(weighted, x, y, row, col, ctx.needs_input_grad)
 
 
 def gaussian_product(x: Tensor, y: Tensor, w: Tensor, *, transpose: bool = False) -> Tensor:
     """``κ(x, y) @ w`` (or ``κ(x, y)ᵀ @ w`` with ``transpose``) with a hand-written backward.
 
-    ``x (..., Lx, D)``, ``y (..., Ly, D)``; ``w (..., Ly, Dv)`` (``(..., Lx, Dv)`` transposed).
-    The backward pass needs no sum over the ``(Lx, Ly)`` kernel: its row and column sums of
-    ``∂L/∂κ ∘ κ`` come from the output and the gradient of w (e.g. ``Σ_j (g wᵀ)_ij κ_ij =
-    Σ_c g_ic out_ic``), so it takes one elementwise pass and four products. Once
-    differentiable.
+    ``x (..., Lx, D)``, ``y (..., Ly, D)``; ``w (..., Ly, Dv)`` (``(..., Lx, Dv)`` transposed);
+    batch dims broadcast. The backward pass needs no sum over the ``(Lx, Ly)`` kernel: its row
+    and column sums of ``∂L/∂κ ∘ κ`` come from the output and the gradient of w (e.g.
+    ``Σ_j (g wᵀ)_ij κ_ij = Σ_c g_ic out_ic``), so it takes one elementwise pass and four
+    products. Runs outside autocast, in the dtype of the inputs. Once differentiable; the
+    output is saved for backward, so modifying it in place before backward raises (as for
+    ``torch.exp``).
     """
-    if x.shape[:-2] != y.shape[:-2] or x.shape[-1] != y.shape[-1]:
-        raise ValueError(
-            f"x (..., Lx, D) and y (..., Ly, D) must share batch dims and D, got "
-            f"{tuple(x.shape)} and {tuple(y.shape)}"
-        )
+    batch, (x, y, w) = _flatten("x (..., Lx, D), y (..., Ly, D), w", x, y, w)
     rows = x.shape[-2] if transpose else y.shape[-2]
-    if w.shape[:-2] != x.shape[:-2] or w.shape[-2] != rows:
+    if w.shape[-2] != rows:
         raise ValueError(f"w must be (..., {rows}, Dv), got {tuple(w.shape)}")
-    batch = x.shape[:-2]
-    flat = [t.reshape(-1, *t.shape[-2:]) for t in (x, y, w)]
-    out, _ = _GaussianProduct.apply(*flat, transpose)
+    out, _ = _GaussianProduct.apply(x, y, w, transpose)
     return out.reshape(*batch, *out.shape[-2:])
 
 
 class _GaussianProduct(torch.autograd.Function):
     @staticmethod
     def forward(x: Tensor, y: Tensor, w: Tensor, transpose: bool) -> tuple[Tensor, Tensor]:
-        kernel = _kernel(x, y)
-        return torch.bmm(kernel.transpose(-1, -2) if transpose else kernel, w), kernel
+        with autocast_off(x):
+            kernel = _kernel(x, y)
+            return torch.bmm(kernel.transpose(-1, -2) if transpose else kernel, w), kernel
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -120,20 +131,23 @@ class _GaussianProduct(torch.autograd.Function):
         x, y, w, out, kernel = ctx.saved_tensors
         if grad is None:
             return None, None, None, None
-        if ctx.transpose:  # out = κᵀ w (Ly, Dv), w (Lx, Dv)
-            grad_w = torch.bmm(kernel, grad)
-            weighted = torch.bmm(w, grad.transpose(-1, -2)).mul_(kernel)
-            row = (w * grad_w).sum(dim=-1, keepdim=True)
-            col = (grad * out).sum(dim=-1, keepdim=True)
-        else:  # out = κ w (Lx, Dv), w (Ly, Dv)
-            grad_w = torch.bmm(kernel.transpose(-1, -2), grad)
-            weighted = torch.bmm(grad, w.transpose(-1, -2)).mul_(kernel)
-            row = (grad * out).sum(dim=-1, keepdim=True)
-            col = (w * grad_w).sum(dim=-1, keepdim=True)
-        grad_x, grad_y = _position_grads(weighted, x, y, row, col, ctx.needs_input_grad)
+        with autocast_off(x):
+            grad = grad.to(out.dtype)
+            if ctx.transpose:  # out = κᵀ w (Ly, Dv), w (Lx, Dv)
+                grad_w = torch.bmm(kernel, grad)
+                weighted = torch.bmm(w, grad.transpose(-1, -2)).mul_(kernel)
+                row = (w * grad_w).sum(dim=-1, keepdim=True)
+                col = (grad * out).sum(dim=-1, keepdim=True)
+            else:  # out = κ w (Lx, Dv), w (Ly, Dv)
+                grad_w = torch.bmm(kernel.transpose(-1, -2), grad)
+                weighted = torch.bmm(grad, w.transpose(-1, -2)).mul_(kernel)
+                row = (grad * out).sum(dim=-1, keepdim=True)
+                col = (w * grad_w).sum(dim=-1, keepdim=True)
+            grad_x, grad_y = _position_grads(weighted, x, y, row, col, ctx.needs_input_grad)
         return grad_x, grad_y, grad_w if ctx.needs_input_grad[2] else None, None
 
 
+@without_autocast
 def gaussian_attention(
     q: Tensor,
     k: Tensor,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: default guard of normalisers of signed features: ``|den|`` is never smaller than this.
 DEFAULT_EPS = 1e-6
@@ -13,6 +18,24 @@ DEFAULT_EPS = 1e-6
 #: zero or underflowed, e.g. a fully padded row) from dividing by zero, and leaves room for
 #: gradients (about 1/den) to stay finite.
 POSITIVE_EPS = 1e-30
+
+
+def autocast_off(x: Tensor) -> Any:
+    """A context with autocast disabled on ``x``'s device: the products inside run in the dtype
+    of their inputs."""
+    return torch.autocast(device_type=x.device.type, enabled=False)
+
+
+def without_autocast(fn: _F) -> _F:
+    """Run ``fn`` with autocast disabled on the device of its first argument (a tensor): for
+    computations that choose their own accumulation dtype."""
+
+    @functools.wraps(fn)
+    def wrapper(x: Tensor, *args: Any, **kwargs: Any) -> Any:
+        with autocast_off(x):
+            return fn(x, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -12,13 +12,14 @@ import torch
 from torch import Tensor
 
 from .gaussian import gaussian_kernel, gaussian_product
-from .numerics import accumulation_dtype
+from .numerics import accumulation_dtype, without_autocast
 from .softmax import softmax_attention
 
 #: ``init`` options of :func:`iterative_pinv`.
 PINV_INITS = ("per_matrix", "global")
 
 
+@without_autocast
 def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") -> Tensor:
     """Approximate pseudo-inverse of each ``(..., n, n)`` matrix by the hyper-power iteration.
 
@@ -48,7 +49,7 @@ def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") 
         scale = col * abs_m.sum(dim=-1).amax(dim=-1)  # ‖M‖₁ ‖M‖_∞
         scale = scale[..., None, None]
     # pinv(0) = 0, with a finite gradient (no division by a zero scale)
-    z = m.transpose(-1, -2) / torch.where(scale > 0, scale, torch.ones_like(scale))
+    z = m.transpose(-1, -2) / torch.where(scale != 0, scale, torch.ones_like(scale))
     batch, n = m.shape[:-2], m.shape[-1]
     m, z = m.reshape(-1, n, n), z.reshape(-1, n, n)
     eye = torch.eye(n, device=m.device, dtype=m.dtype)
@@ -62,6 +63,7 @@ def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") 
     return z.reshape(*batch, n, n)
 
 
+@without_autocast
 def skyformer_attention(
     q: Tensor,
     k: Tensor,
@@ -96,6 +98,11 @@ def skyformer_attention(
     b, h, lq, d = q.shape
     scale = d**-0.25
     xq, xk = q.to(acc) * scale, k.to(acc) * scale
+    if key_padding_mask is not None:  # padded rows zeroed, so not even a NaN there counts
+        pad = key_padding_mask[:, None, :, None]
+        xk = xk.masked_fill(pad, 0.0)
+        if lq == k.shape[2]:  # self-attention: the same positions are padded queries
+            xq = xq.masked_fill(pad, 0.0)
     # the landmark rows of [Q; K], gathered from each without forming [Q; K]
     index = landmarks[:, None, :, None].expand(b, h, landmarks.shape[1], d)
     from_q = xq.gather(2, index.clamp(max=lq - 1))
@@ -187,6 +194,7 @@ def _landmarks(
     return q32, k32, v32, q_land, q_land_ok, k_land, k_land_ok
 
 
+@without_autocast
 def nystromformer_attention(
     q: Tensor,
     k: Tensor,
@@ -217,7 +225,9 @@ def nystromformer_attention(
     q32, k32, v32, q_land, q_land_ok, k_land, k_land_ok = _landmarks(
         q, k, v, num_landmarks, key_padding_mask
     )
-    land_pad = None if k_land_ok.all() else ~k_land_ok  # (B, m), True: no valid token
+    # (B, m), True: a landmark without a valid token (only possible with padding; no host
+    # sync on the unpadded path)
+    land_pad = None if key_padding_mask is None else ~k_land_ok
     kernel_2 = _masked_softmax(
         q_land @ k_land.transpose(-1, -2), None if land_pad is None else k_land_ok[:, None, None]
     )  # (B, H, m, m)
@@ -225,12 +235,13 @@ def nystromformer_attention(
     # The two long kernels are softmax attentions: m landmark queries over the Lk keys, and the
     # Lq queries over the m landmark keys (fused, never an (Lq, m) or (m, Lk) matrix kept).
     summary = softmax_attention(q_land, k32, v32, key_padding_mask=key_padding_mask, scale=1.0)
-    if not q_land_ok.all():  # landmarks of padding only: zero rows of the third kernel
+    if key_padding_mask is not None:  # landmarks of padding only: zero rows of kernel 3
         summary = summary * q_land_ok[:, None, :, None].to(acc)
     out = softmax_attention(q32, k_land, inverse @ summary, key_padding_mask=land_pad, scale=1.0)
     return out.to(v.dtype)
 
 
+@without_autocast
 def nystromformer_attention_reference(
     q: Tensor,
     k: Tensor,
