@@ -204,7 +204,8 @@ def plot_stability(rows: Sequence[StepScore], path: Path, caption: str = "") -> 
 
     ax.set_yscale("log")
     low, high = ax.get_ylim()
-    ticks = [2.0**e for e in range(-6, 7) if low <= 2.0**e <= high] or [1.0]
+    candidates = (0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0, 20.0, 50.0)
+    ticks = [t for t in candidates if low <= t <= high] or [1.0]
     ax.yaxis.set_major_locator(FixedLocator(ticks))
     ax.yaxis.set_minor_locator(NullLocator())
     ax.set_yticklabels([f"{t:g}" for t in ticks])
