@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import features as feature_maps
-from .style import pyplot
+from .style import pyplot, save_figure
 
 #: the variants of the study: (label, feature map, normalise q and k)
 NORM_SWEEP_VARIANTS = (("prf", "prf", False), ("trf", "trf", False), ("nprf", "prf", True))
@@ -151,10 +151,4 @@ def plot_norm_sweep(rows: list[SweepRow], path: Path, caption: str = "") -> Path
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("‖A − Â‖₁ (one attention row)")
     axes[-1].legend(fontsize=8)
-    if caption:
-        fig.text(0.5, -0.02, caption, ha="center", va="top", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, caption)

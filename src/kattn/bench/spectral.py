@@ -24,7 +24,7 @@ import torch
 from .. import registry
 from ..functional.gaussian import gaussian_attention
 from ..functional.softmax import softmax_attention
-from .style import mechanism_color, pyplot
+from .style import mechanism_color, pyplot, save_figure
 
 #: (mechanism, exact reference, the option that sets m)
 SPECTRAL_PAIRS = (
@@ -152,10 +152,4 @@ def plot_spectral(rows: list[SpectralRow], path: Path, caption: str = "") -> Pat
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("relative spectral error ‖Ŷ − Y‖₂ / ‖Y‖₂")
     axes[-1].legend(fontsize=7)
-    if caption:
-        fig.text(0.5, -0.02, caption, ha="center", va="top", fontsize=8, wrap=True)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, caption)

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..nn.encoder import SequenceClassifier
-from .style import mechanism_color, pyplot
+from .style import mechanism_color, pyplot, save_figure
 
 #: the mechanisms of the paper's Table 3 (each compared with softmax)
 TABLE3_MECHANISMS = ("nystromformer", "gaussian", "skyformer")
@@ -214,10 +214,4 @@ def plot_stability(rows: Sequence[StepScore], path: Path, caption: str = "") -> 
     ax.set_ylabel("τ_i / τ_i(softmax)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    if caption:
-        fig.text(0.5, -0.02, caption, ha="center", va="top", fontsize=8, wrap=True)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, caption)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 #: fixed colours (matplotlib's tab20 and tab10 hues) so a mechanism is recognisable across plots
@@ -43,3 +44,16 @@ def pyplot() -> Any:
         warnings.warn("matplotlib is not installed: no plot written", stacklevel=3)
         return None
     return plt
+
+
+def save_figure(fig: Any, path: Path, caption: str = "") -> Path:
+    """Write ``fig`` to ``path`` (PNG, 120 dpi) with ``caption`` under it, and close it."""
+    import matplotlib.pyplot as plt
+
+    if caption:
+        fig.text(0.5, -0.02, caption, ha="center", va="top", fontsize=8, wrap=True)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
