@@ -121,14 +121,9 @@ def cmd_bench_approx(args: argparse.Namespace) -> int:
 
 def cmd_bench_stability(args: argparse.Namespace) -> int:
     names = _subset(args.mechanisms, [n for n in available() if n != "softmax"], "mechanism(s)")
-    quick = args.quick
-    defaults = {"steps": (5, 20), "seeds": (1, 5), "length": (160, 512)}
-    for key, (small, full) in defaults.items():
-        if getattr(args, key) is None:
-            setattr(args, key, small if quick else full)
-    for key in ("steps", "seeds", "length", "batch"):
-        if getattr(args, key) < 1:
-            raise ValueError(f"--{key} must be >= 1, got {getattr(args, key)}")
+    _resolve(args, {"steps": (5, 20), "seeds": (1, 5), "length": (160, 512)})
+    if args.batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
     if args.length <= 128:
         print(
             f"stability: note: at length {args.length} <= 128 landmarks, skyformer and "
@@ -155,6 +150,17 @@ def cmd_bench_stability(args: argparse.Namespace) -> int:
     return _write(args.out, "stability", rows, markdown, plot_stability, caption)
 
 
+def _resolve(args: argparse.Namespace, defaults: dict[str, tuple]) -> None:
+    """Fill the options left unset (None) with their ``(quick, full)`` default and check that
+    every number given is >= 1."""
+    for key, (small, full) in defaults.items():
+        value = getattr(args, key)
+        if value is None:
+            setattr(args, key, small if args.quick else full)
+        elif any(x < 1 for x in (value if isinstance(value, tuple) else (value,))):
+            raise ValueError(f"--{key.replace('_', '-')} must be >= 1, got {value}")
+
+
 def _subset(text: str, known: list[str], what: str) -> list[str]:
     chosen = list(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
     unknown = [x for x in chosen if x not in known]
@@ -165,27 +171,22 @@ def _subset(text: str, known: list[str], what: str) -> list[str]:
 
 def _spectral(args: argparse.Namespace) -> int:
     names = _subset(args.mechanisms, [p[0] for p in SPECTRAL_PAIRS], "mechanism(s)")
-    quick = args.quick
-    seeds = args.seeds or (2 if quick else 5)
-    features = args.features or ((16, 64) if quick else (16, 32, 64, 128, 256))
-    lengths = args.lengths or ((128, 256) if quick else (256, 512, 1024))
-    rows = []
-    for pair in SPECTRAL_PAIRS:
-        if pair[0] in names:
-            print(f"spectral: {pair[0]} ...", file=sys.stderr, flush=True)
-            rows += spectral_study(
-                lengths=lengths,
-                features=features,
-                head_dim=args.dim,
-                heads=args.heads,
-                seeds=seeds,
-                input_std=args.input_std,
-                pairs=(pair,),
-            )
+    _resolve(args, {"seeds": (2, 5), "features": ((16, 64), (16, 32, 64, 128, 256)),
+                    "lengths": ((128, 256), (256, 512, 1024))})  # fmt: skip
+    rows = spectral_study(
+        lengths=args.lengths,
+        features=args.features,
+        head_dim=args.dim,
+        heads=args.heads,
+        seeds=args.seeds,
+        input_std=args.input_std,
+        pairs=tuple(pair for pair in SPECTRAL_PAIRS if pair[0] in names),
+        progress=lambda text: print(f"spectral: {text}", file=sys.stderr, flush=True),
+    )
     info = machine_info()
     caption = (
         f"D=Dv={args.dim}, q, k, v entries N(0, {args.input_std:.3g}²); mean over {args.heads} "
-        f"heads × {seeds} seeds (bars: standard error). kattn {info['kattn']}, "
+        f"heads × {args.seeds} seeds (bars: standard error). kattn {info['kattn']}, "
         f"torch {torch.__version__}"
     )
     title = "# Spectral-norm approximation error (seed 003 §4.5, Fig. 1)"
@@ -207,10 +208,8 @@ def _write(out: Path, stem: str, rows: list, markdown: str, plot, caption: str) 
 def _norm_sweep(args: argparse.Namespace) -> int:
     known = {v[0]: v for v in NORM_SWEEP_VARIANTS}
     chosen = _subset(args.variants, list(known), "variant(s)")
-    quick = args.quick
-    args.seeds = args.seeds or (2 if quick else 10)
-    args.features = args.features or ((4, 16, 64, 256) if quick else (4, 16, 64, 256, 1024))
-    args.radii = args.radii or ((1, 3, 5) if quick else (1, 2, 3, 4, 5))
+    _resolve(args, {"seeds": (2, 10), "features": ((4, 16, 64, 256), (4, 16, 64, 256, 1024)),
+                    "radii": ((1, 3, 5), (1, 2, 3, 4, 5))})  # fmt: skip
     rows = []
     for name in chosen:
         print(f"norm-sweep: {name} ...", file=sys.stderr, flush=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,11 +68,14 @@ def spectral_study(
     seeds: int = 5,
     input_std: float = BERT_INIT_STD,
     pairs: tuple[tuple[str, str, str], ...] = SPECTRAL_PAIRS,
+    progress: Callable[[str], None] | None = None,
 ) -> list[SpectralRow]:
     """The study for every ``(mechanism, reference, option)`` of ``pairs``; mechanisms in
     ``eval()`` (fixed landmarks and features), a fresh draw of them for every seed."""
-    rows = []
+    errors: dict[tuple[str, str, int, int], list[float]] = {}
     for length in lengths:
+        if progress is not None:
+            progress(f"L = {length}")
         for seed in range(seeds):
             g = torch.Generator().manual_seed(seed)
             q, k, v = (torch.randn(1, heads, length, head_dim, generator=g) for _ in range(3))
@@ -86,17 +90,13 @@ def spectral_study(
                         ).eval()
                     with torch.no_grad():
                         err = relative_spectral_error(attn(q, k, v), exact[reference])
-                    rows.append((name, reference, length, m, err.flatten().tolist()))
-    merged: dict[tuple, list[float]] = {}
-    for name, reference, length, m, errors in rows:
-        merged.setdefault((name, reference, length, m), []).extend(errors)
-    out = []
-    for (name, reference, length, m), errors in merged.items():
-        std = statistics.stdev(errors) if len(errors) > 1 else 0.0
-        out.append(
-            SpectralRow(name, reference, length, m, statistics.mean(errors), std, len(errors))
-        )
-    return out
+                    errors.setdefault((name, reference, length, m), []).extend(
+                        err.flatten().tolist()
+                    )
+    return [
+        SpectralRow(*key, statistics.mean(e), statistics.stdev(e) if len(e) > 1 else 0.0, len(e))
+        for key, e in errors.items()
+    ]
 
 
 def spectral_markdown(rows: list[SpectralRow]) -> str:

@@ -225,12 +225,10 @@ def nystromformer_attention(
     q32, k32, v32, q_land, q_land_ok, k_land, k_land_ok = _landmarks(
         q, k, v, num_landmarks, key_padding_mask
     )
-    # (B, m), True: a landmark without a valid token (only possible with padding; no host
-    # sync on the unpadded path)
-    land_pad = None if key_padding_mask is None else ~k_land_ok
-    kernel_2 = _masked_softmax(
-        q_land @ k_land.transpose(-1, -2), None if land_pad is None else k_land_ok[:, None, None]
-    )  # (B, H, m, m)
+    # landmarks without a valid token exist only with padding (no host sync without it)
+    land_keep = None if key_padding_mask is None else k_land_ok[:, None, None, :]  # (B,1,1,m)
+    land_pad = None if key_padding_mask is None else ~k_land_ok  # (B, m)
+    kernel_2 = _masked_softmax(q_land @ k_land.transpose(-1, -2), land_keep)  # (B, H, m, m)
     inverse = iterative_pinv(kernel_2, iterations, init=init)
     # The two long kernels are softmax attentions: m landmark queries over the Lk keys, and the
     # Lq queries over the m landmark keys (fused, never an (Lq, m) or (m, Lk) matrix kept).
