@@ -12,6 +12,26 @@ from ..registry import register_mechanism
 from .base import Attention
 
 
+def _uniform_rows(
+    allowed: Tensor | None,
+    shape: tuple[int, int],
+    length: int,
+    generator: torch.Generator | None,
+    device: Any,
+) -> Tensor:
+    """``shape = (B, count)`` row indices, uniform with replacement among the ``allowed (B, L)``
+    rows (all rows when None, or when a batch has none): the r-th allowed row for a uniform
+    r, so the draws are the same with no mask and with a mask that allows everything."""
+    u = torch.rand(shape, generator=generator, device=device)
+    if allowed is None:
+        return (u * length).long().clamp_(max=length - 1)
+    n_ok = allowed.sum(dim=1, keepdim=True)
+    n_ok = torch.where(n_ok == 0, length, n_ok)
+    r = (u * n_ok).long().minimum(n_ok - 1)  # the r-th allowed row (0-based)
+    cum = torch.where(allowed.any(dim=1, keepdim=True), allowed, True).long().cumsum(dim=1)
+    return torch.searchsorted(cum, r + 1)
+
+
 class SkyformerAttention(Attention):
     """``C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V`` with ``C̄ = κ([Q;K], [Q;K])`` (Chen et al. 2021).
 
@@ -94,13 +114,15 @@ class SkyformerAttention(Attention):
         if not self.training:
             generator = torch.Generator(device=device).manual_seed(int(self.landmark_seed))
         n_q = self.num_landmarks // 2
-        parts = []
-        for rows, count, start in ((queries_ok, n_q, 0), (keys_ok, self.num_landmarks - n_q, lq)):
-            # uniform over the allowed rows, with replacement (all rows when none is allowed)
-            weights = torch.where(rows.any(dim=1, keepdim=True), rows, True).to(torch.float32)
-            parts.append(
-                torch.multinomial(weights, count, replacement=True, generator=generator) + start
+        padded = key_padding_mask is not None
+        parts = [
+            _uniform_rows(rows if padded else None, (batch, count), length, generator, device)
+            + start
+            for rows, count, length, start in (
+                (queries_ok, n_q, lq, 0),
+                (keys_ok, self.num_landmarks - n_q, lk, lq),
             )
+        ]
         index = torch.cat(parts, dim=1)
         return index, valid.gather(1, index)
 

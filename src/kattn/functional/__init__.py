@@ -23,6 +23,7 @@ from .masks import allowed_keys
 from .numerics import accumulation_dtype, exp_nonpositive, guard_normaliser
 from .nystrom import (
     iterative_pinv,
+    iterative_pinv_solve,
     nystromformer_attention,
     nystromformer_attention_reference,
     segment_means,
@@ -41,6 +42,7 @@ __all__ = [
     "gaussian_product",
     "guard_normaliser",
     "iterative_pinv",
+    "iterative_pinv_solve",
     "linear_attention",
     "linear_attention_chunked",
     "linear_attention_cumsum",

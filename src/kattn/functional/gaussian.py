@@ -17,19 +17,29 @@ from torch import Tensor
 from .masks import allowed_keys
 from .numerics import accumulation_dtype, autocast_off, without_autocast
 
+#: Entries of the kernel weighted at a time in the backward of :func:`gaussian_product`
+#: (1 MiB in fp32).
+WEIGHT_BLOCK_ENTRIES = 1 << 18
 
-def gaussian_kernel(x: Tensor, y: Tensor) -> Tensor:
-    """``exp(−‖x_i − y_j‖²/2)`` for ``x (..., Lx, D)`` and ``y (..., Ly, D)``: ``(..., Lx, Ly)``
-    (batch dims broadcast).
+#: Lowest exponent of a kernel entry: ``exp(−87)`` is still a normal fp32 number, so no entry
+#: is subnormal (products with subnormals are many times slower on CPUs); entries below it
+#: are ``< 1.7e-38`` in the exact kernel.
+_MIN_EXPONENT = -87.0
 
-    Computed as ``exp(x·y − ‖x‖²/2 − ‖y‖²/2)`` with the exponent clamped to ``<= 0`` (it is, up
-    to rounding), in one matrix product and two in-place passes, outside autocast (in the
-    dtype of the inputs); the backward pass is written out (``∂κ_ij/∂x_i = κ_ij (y_j − x_i)``),
-    so nothing of the size of the kernel is kept but the kernel itself. Once differentiable
-    (no double backward).
+
+def gaussian_kernel(x: Tensor, y: Tensor, *, scale: float = 1.0) -> Tensor:
+    """``κ(s·x_i, s·y_j) = exp(−s²‖x_i − y_j‖²/2)`` for ``x (..., Lx, D)`` and ``y (..., Ly, D)``:
+    ``(..., Lx, Ly)`` (batch dims broadcast; s = ``scale``, ``p^-¼`` for attention).
+
+    Computed as ``exp(s²(x·y − ‖x‖²/2 − ‖y‖²/2))`` with the exponent clamped to ``[−87, 0]``
+    (it is ``<= 0`` up to rounding; below −87 an entry would be subnormal), in one matrix
+    product and two in-place passes, outside autocast (in the dtype of the inputs); the
+    backward pass is written out (``∂κ_ij/∂x_i = s²κ_ij (y_j − x_i)``), so nothing of the size
+    of the kernel is kept but the kernel itself. Once differentiable (no double backward).
     """
     batch, (x, y) = _flatten("x (..., Lx, D) and y (..., Ly, D)", x, y)
-    return _GaussianKernel.apply(x, y).reshape(*batch, x.shape[-2], y.shape[-2])
+    out = _GaussianKernel.apply(x, y, float(scale) ** 2)
+    return out.reshape(*batch, x.shape[-2], y.shape[-2])
 
 
 def _flatten(what: str, *tensors: Tensor) -> tuple[tuple[int, ...], list[Tensor]]:
@@ -47,24 +57,32 @@ def _flatten(what: str, *tensors: Tensor) -> tuple[tuple[int, ...], list[Tensor]
     return batch, [t.expand(*batch, *t.shape[-2:]).reshape(n, *t.shape[-2:]) for t in tensors]
 
 
-def _kernel(x: Tensor, y: Tensor) -> Tensor:
-    """``κ(x, y)`` of 3-D ``x (N, Lx, D)``, ``y (N, Ly, D)`` in one product and two in-place
-    passes: ``[x, −½‖x‖², 1] · [y, 1, −½‖y‖²]`` is the exponent."""
+def _kernel(x: Tensor, y: Tensor, s2: float) -> Tensor:
+    """``κ(s·x, s·y)`` (``s2 = s²``) of 3-D ``x (N, Lx, D)``, ``y (N, Ly, D)`` in one product and
+    two in-place passes: ``[x, −½‖x‖², 1] · [s²y, s², −½s²‖y‖²]`` is the exponent (the scale
+    is applied on the y side only, so x is never rescaled)."""
     half_x = -0.5 * x.square().sum(dim=-1, keepdim=True)  # (N, Lx, 1)
-    half_y = -0.5 * y.square().sum(dim=-1, keepdim=True)  # (N, Ly, 1)
+    half_y = (-0.5 * s2) * y.square().sum(dim=-1, keepdim=True)  # (N, Ly, 1)
     x_aug = torch.cat([x, half_x, torch.ones_like(half_x)], dim=-1)
-    y_aug = torch.cat([y, torch.ones_like(half_y), half_y], dim=-1)
-    return torch.bmm(x_aug, y_aug.transpose(-1, -2)).clamp_(max=0.0).exp_()
+    y_aug = torch.cat([y * s2 if s2 != 1.0 else y, torch.full_like(half_y, s2), half_y], dim=-1)
+    return torch.bmm(x_aug, y_aug.transpose(-1, -2)).clamp_(_MIN_EXPONENT, 0.0).exp_()
 
 
 def _position_grads(
-    weighted: Tensor, x: Tensor, y: Tensor, row: Tensor, col: Tensor, needs: tuple[bool, ...]
+    weighted: Tensor,
+    x: Tensor,
+    y: Tensor,
+    row: Tensor,
+    col: Tensor,
+    s2: float,
+    needs: tuple[bool, ...],
 ) -> tuple[Tensor | None, Tensor | None]:
     """Gradients of x and y from ``weighted = ∂L/∂κ ∘ κ`` and its row and column sums:
-    ``∂L/∂x_i = Σ_j weighted_ij (y_j − x_i)``, ``∂L/∂y_j = Σ_i weighted_ij (x_i − y_j)``. (Also
-    where the clamp bit: there x_i = y_j up to rounding, and both sides are 0.)"""
-    grad_x = torch.baddbmm(x * -row, weighted, y) if needs[0] else None
-    grad_y = torch.baddbmm(y * -col, weighted.transpose(-1, -2), x) if needs[1] else None
+    ``∂L/∂x_i = s² Σ_j weighted_ij (y_j − x_i)``, ``∂L/∂y_j = s² Σ_i weighted_ij (x_i − y_j)``.
+    (Also where the clamp bit: there x_i = y_j up to rounding and both sides are 0, or the
+    entry is below e^-87.)"""
+    grad_x = torch.baddbmm(x * (row * -s2), weighted, y, alpha=s2) if needs[0] else None
+    grad_y = torch.baddbmm(y * (col * -s2), weighted.mT, x, alpha=s2) if needs[1] else None
     return grad_x, grad_y
 
 
@@ -72,26 +90,31 @@ class _GaussianKernel(torch.autograd.Function):
     """``κ(x, y)`` for 3-D ``x (N, Lx, D)``, ``y (N, Ly, D)``."""
 
     @staticmethod
-    def forward(x: Tensor, y: Tensor) -> Tensor:
+    def forward(x: Tensor, y: Tensor, s2: float) -> Tensor:
         with autocast_off(x):
-            return _kernel(x, y)
+            return _kernel(x, y, s2)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
-        ctx.save_for_backward(*inputs, output)
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+        x, y, ctx.s2 = inputs
+        ctx.save_for_backward(x, y, output)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         x, y, kernel = ctx.saved_tensors
         with autocast_off(x):
             weighted = grad.to(kernel.dtype) * kernel
             row, col = weighted.sum(dim=-1, keepdim=True), weighted.sum(dim=-2)[..., None]
-            return _position_grads(weighted, x, y, row, col, ctx.needs_input_grad)
+            grads = _position_grads(weighted, x, y, row, col, ctx.s2, ctx.needs_input_grad)
+        return *grads, None
 
 
-def gaussian_product(x: Tensor, y: Tensor, w: Tensor, *, transpose: bool = False) -> Tensor:
-    """``κ(x, y) @ w`` (or ``κ(x, y)ᵀ @ w`` with ``transpose``) with a hand-written backward.
+def gaussian_product(
+    x: Tensor, y: Tensor, w: Tensor, *, transpose: bool = False, scale: float = 1.0
+) -> Tensor:
+    """``κ(s·x, s·y) @ w`` (or ``κ(s·x, s·y)ᵀ @ w`` with ``transpose``; s = ``scale``) with a
+    hand-written backward.
 
     ``x (..., Lx, D)``, ``y (..., Ly, D)``; ``w (..., Ly, Dv)`` (``(..., Lx, Dv)`` transposed);
     batch dims broadcast. The backward pass needs no sum over the ``(Lx, Ly)`` kernel: its row
@@ -105,46 +128,66 @@ def gaussian_product(x: Tensor, y: Tensor, w: Tensor, *, transpose: bool = False
     rows = x.shape[-2] if transpose else y.shape[-2]
     if w.shape[-2] != rows:
         raise ValueError(f"w must be (..., {rows}, Dv), got {tuple(w.shape)}")
-    out, _ = _GaussianProduct.apply(x, y, w, transpose)
+    out, _ = _GaussianProduct.apply(x, y, w, transpose, float(scale) ** 2)
     return out.reshape(*batch, *out.shape[-2:])
 
 
 class _GaussianProduct(torch.autograd.Function):
     @staticmethod
-    def forward(x: Tensor, y: Tensor, w: Tensor, transpose: bool) -> tuple[Tensor, Tensor]:
+    def forward(
+        x: Tensor, y: Tensor, w: Tensor, transpose: bool, s2: float
+    ) -> tuple[Tensor, Tensor]:
         with autocast_off(x):
-            kernel = _kernel(x, y)
+            kernel = _kernel(x, y, s2)
             return torch.bmm(kernel.transpose(-1, -2) if transpose else kernel, w), kernel
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-        x, y, w, transpose = inputs
+        x, y, w, ctx.transpose, ctx.s2 = inputs
         out, kernel = output
-        ctx.transpose = transpose
         ctx.mark_non_differentiable(kernel)
         ctx.set_materialize_grads(False)  # no zero gradient of the kernel output
-        ctx.save_for_backward(x, y, w, out, kernel)
+        ctx.save_for_backward(x, y, w, out)
+        # kept outside save_for_backward: backward turns it into ∂L/∂κ ∘ κ in place (it has
+        # no grad_fn, so no reference cycle)
+        ctx.kernel = kernel
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: Tensor | None, _: Tensor | None) -> tuple[Tensor | None, ...]:
-        x, y, w, out, kernel = ctx.saved_tensors
+        x, y, w, out = ctx.saved_tensors
         if grad is None:
-            return None, None, None, None
+            return None, None, None, None, None
         with autocast_off(x):
+            kernel = ctx.kernel
+            if kernel is None:  # a second backward (retain_graph): the kernel was used up
+                kernel = _kernel(x, y, ctx.s2)
+            ctx.kernel = None
             grad = grad.to(out.dtype)
-            if ctx.transpose:  # out = κᵀ w (Ly, Dv), w (Lx, Dv)
+            if ctx.transpose:  # out = κᵀ w (Ly, Dv), w (Lx, Dv): ∂L/∂κ = w gᵀ
                 grad_w = torch.bmm(kernel, grad)
-                weighted = torch.bmm(w, grad.transpose(-1, -2)).mul_(kernel)
+                left, right = w, grad
                 row = (w * grad_w).sum(dim=-1, keepdim=True)
                 col = (grad * out).sum(dim=-1, keepdim=True)
-            else:  # out = κ w (Lx, Dv), w (Ly, Dv)
+            else:  # out = κ w (Lx, Dv), w (Ly, Dv): ∂L/∂κ = g wᵀ
                 grad_w = torch.bmm(kernel.transpose(-1, -2), grad)
-                weighted = torch.bmm(grad, w.transpose(-1, -2)).mul_(kernel)
+                left, right = grad, w
                 row = (grad * out).sum(dim=-1, keepdim=True)
                 col = (w * grad_w).sum(dim=-1, keepdim=True)
-            grad_x, grad_y = _position_grads(weighted, x, y, row, col, ctx.needs_input_grad)
-        return grad_x, grad_y, grad_w if ctx.needs_input_grad[2] else None, None
+            weighted = _weigh_in_place(kernel, left, right.transpose(-1, -2))
+            grad_x, grad_y = _position_grads(weighted, x, y, row, col, ctx.s2, ctx.needs_input_grad)
+        return grad_x, grad_y, grad_w if ctx.needs_input_grad[2] else None, None, None
+
+
+def _weigh_in_place(kernel: Tensor, left: Tensor, right_t: Tensor) -> Tensor:
+    """``kernel ∘ (left @ right_t)`` written over ``kernel``, a block of rows at a time (each
+    product block stays in cache; no second buffer of the kernel's size)."""
+    n, rows, cols = kernel.shape
+    step = max(1, WEIGHT_BLOCK_ENTRIES // max(1, n * cols))
+    for start in range(0, rows, step):
+        block = slice(start, start + step)
+        kernel[:, block].mul_(torch.bmm(left[:, block], right_t))
+    return kernel
 
 
 @without_autocast
@@ -167,8 +210,7 @@ def gaussian_attention(
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
     """
     out_dtype, acc = v.dtype, accumulation_dtype(v.dtype)
-    scale = q.shape[-1] ** -0.25
-    kernel = gaussian_kernel(q.to(acc) * scale, k.to(acc) * scale)
+    kernel = gaussian_kernel(q.to(acc), k.to(acc), scale=q.shape[-1] ** -0.25)
     allowed = allowed_keys(
         q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
     )

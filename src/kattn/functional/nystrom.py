@@ -1,10 +1,5 @@
-"""Pieces of the Nyström family (Skyformer, Nyströmformer): the iterative pseudo-inverse.
-
-:func:`iterative_pinv` is the third-order hyper-power (Newton–Schulz type) iteration of
-Razavi et al. used by Nyströmformer and Skyformer:
-``Z ← ¼ Z (13I − MZ (15I − MZ (7I − MZ)))`` from ``Z₀ = Mᵀ / (‖M‖₁ ‖M‖_∞)``, which converges
-to ``M⁺`` for any M because ``‖I − M Z₀‖ < 1`` on the range of M.
-"""
+"""The Nyström family's attention cores: Skyformer (on the Gaussian kernel) and Nyströmformer
+(on softmax), with their landmarks; the pseudo-inverse is in :mod:`kattn.functional.pinv`."""
 
 from __future__ import annotations
 
@@ -13,54 +8,18 @@ from torch import Tensor
 
 from .gaussian import gaussian_kernel, gaussian_product
 from .numerics import accumulation_dtype, without_autocast
+from .pinv import PINV_INITS, iterative_pinv, iterative_pinv_solve
 from .softmax import softmax_attention
 
-#: ``init`` options of :func:`iterative_pinv`.
-PINV_INITS = ("per_matrix", "global")
-
-
-@without_autocast
-def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") -> Tensor:
-    """Approximate pseudo-inverse of each ``(..., n, n)`` matrix by the hyper-power iteration.
-
-    Args:
-        m: ``(..., n, n)`` matrices (computed in fp32 at least).
-        iterations: number of updates (6 in Nyströmformer and Skyformer).
-        init: ``"per_matrix"`` scales ``Z₀ = Mᵀ / (‖M‖₁‖M‖_∞)`` per matrix (convergent for
-            every matrix); ``"global"`` uses the released code's single maximum column sum over
-            the whole batch, ``Z₀ = Mᵀ / max colsum`` (for comparing with published numbers;
-            it can diverge for matrices far from the largest one).
-
-    Returns:
-        ``(..., n, n)`` in the accumulation dtype of ``m``.
-    """
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
-        raise ValueError(f"iterations must be a non-negative int, got {iterations!r}")
-    if init not in PINV_INITS:
-        raise ValueError(f"init must be one of {PINV_INITS}, got {init!r}")
-    if m.dim() < 2 or m.shape[-1] != m.shape[-2]:
-        raise ValueError(f"m must be (..., n, n), got shape {tuple(m.shape)}")
-    m = m.to(torch.promote_types(m.dtype, torch.float32))
-    abs_m = m.abs()
-    col = abs_m.sum(dim=-2).amax(dim=-1)  # ‖M‖₁, (...)
-    if init == "global":
-        scale = m.sum(dim=-2).amax()
-    else:
-        scale = col * abs_m.sum(dim=-1).amax(dim=-1)  # ‖M‖₁ ‖M‖_∞
-        scale = scale[..., None, None]
-    # pinv(0) = 0, with a finite gradient (no division by a zero scale)
-    z = m.transpose(-1, -2) / torch.where(scale != 0, scale, torch.ones_like(scale))
-    batch, n = m.shape[:-2], m.shape[-1]
-    m, z = m.reshape(-1, n, n), z.reshape(-1, n, n)
-    eye = torch.eye(n, device=m.device, dtype=m.dtype)
-    # ¼(13I − X(15I − X(7I − X))) = 3.25I + X(−3.75I + X(1.75I − ¼X)), X = MZ: the identity
-    # terms and the ¼ folded into the products
-    eye_a, eye_b, eye_c = 1.75 * eye, -3.75 * eye, 3.25 * eye
-    for _ in range(iterations):
-        mz = torch.bmm(m, z)
-        inner = torch.baddbmm(eye_b, mz, torch.add(eye_a, mz, alpha=-0.25))
-        z = torch.bmm(z, torch.baddbmm(eye_c, mz, inner))
-    return z.reshape(*batch, n, n)
+__all__ = [
+    "PINV_INITS",
+    "iterative_pinv",
+    "iterative_pinv_solve",
+    "nystromformer_attention",
+    "nystromformer_attention_reference",
+    "segment_means",
+    "skyformer_attention",
+]
 
 
 @without_autocast
@@ -96,8 +55,8 @@ def skyformer_attention(
     """
     acc = accumulation_dtype(v.dtype)
     b, h, lq, d = q.shape
-    scale = d**-0.25
-    xq, xk = q.to(acc) * scale, k.to(acc) * scale
+    scale = d**-0.25  # κ(Q/p^¼, K/p^¼): applied inside the kernels (on the landmark side)
+    xq, xk = q.to(acc), k.to(acc)
     if key_padding_mask is not None:  # padded rows zeroed, so not even a NaN there counts
         pad = key_padding_mask[:, None, :, None]
         xk = xk.masked_fill(pad, 0.0)
@@ -108,7 +67,7 @@ def skyformer_attention(
     from_q = xq.gather(2, index.clamp(max=lq - 1))
     from_k = xk.gather(2, (index - lq).clamp(min=0))
     xs = torch.where(index < lq, from_q, from_k)  # (B, H, S, D)
-    core = gaussian_kernel(xs, xs)  # (B, H, S, S)
+    core = gaussian_kernel(xs, xs, scale=scale)  # (B, H, S, S)
     eye = torch.eye(core.shape[-1], device=core.device, dtype=core.dtype)
     keep = None
     if landmark_mask is not None:
@@ -121,7 +80,7 @@ def skyformer_attention(
     if key_padding_mask is not None:  # padded keys: zero values (their kernel rows then count
         vv = vv.masked_fill(key_padding_mask[:, None, :, None], 0.0)  # nothing, nor get grads)
     # C̄_{S,K} V and C̄_{Q,S} W, each fused: no (L, S) matrix is kept for backward
-    summary = gaussian_product(xk, xs, vv, transpose=True)  # (B, H, S, Dv)
+    summary = gaussian_product(xk, xs, vv, transpose=True, scale=scale)  # (B, H, S, Dv)
     if keep is not None:
         summary = summary * keep
     if iterations is None:
@@ -129,10 +88,10 @@ def skyformer_attention(
     else:  # (M+γI)^{-1} = D^{-½} pinv(D^{-½}(M+γI)D^{-½}) D^{-½}, D the row sums
         d_half = core.sum(dim=-1, keepdim=True).rsqrt()  # (B, H, S, 1)
         pre = d_half * core * d_half.transpose(-1, -2)
-        weights = d_half * (iterative_pinv(pre, iterations, init=init) @ (d_half * summary))
+        weights = d_half * iterative_pinv_solve(pre, d_half * summary, iterations, init=init)
     if keep is not None:
         weights = weights * keep
-    return gaussian_product(xq, xs, weights).to(v.dtype)
+    return gaussian_product(xq, xs, weights, scale=scale).to(v.dtype)
 
 
 def segment_means(x: Tensor, count: int, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -229,13 +188,13 @@ def nystromformer_attention(
     land_keep = None if key_padding_mask is None else k_land_ok[:, None, None, :]  # (B,1,1,m)
     land_pad = None if key_padding_mask is None else ~k_land_ok  # (B, m)
     kernel_2 = _masked_softmax(q_land @ k_land.transpose(-1, -2), land_keep)  # (B, H, m, m)
-    inverse = iterative_pinv(kernel_2, iterations, init=init)
     # The two long kernels are softmax attentions: m landmark queries over the Lk keys, and the
     # Lq queries over the m landmark keys (fused, never an (Lq, m) or (m, Lk) matrix kept).
     summary = softmax_attention(q_land, k32, v32, key_padding_mask=key_padding_mask, scale=1.0)
     if key_padding_mask is not None:  # landmarks of padding only: zero rows of kernel 3
         summary = summary * q_land_ok[:, None, :, None].to(acc)
-    out = softmax_attention(q32, k_land, inverse @ summary, key_padding_mask=land_pad, scale=1.0)
+    weights = iterative_pinv_solve(kernel_2, summary, iterations, init=init)
+    out = softmax_attention(q32, k_land, weights, key_padding_mask=land_pad, scale=1.0)
     return out.to(v.dtype)
 
 
