@@ -136,3 +136,47 @@ def test_landmark_draws_are_uniform_and_mask_independent():
     assert ok.all() and (index[1] % length < 300).all()
     counts = torch.bincount((index[1, 1000:] - length) // 30, minlength=10)
     assert counts.min() > 60 and counts.max() < 140  # ~100 per bin of 30 valid keys
+
+
+def test_pinv_solve_saves_through_autograd():
+    """Intermediates go through save_for_backward: an in-place change of the right-hand side
+    is caught, nothing stays on the graph node, and torch.func transforms work."""
+    m = matrices(6, True).requires_grad_()
+    rhs = torch.randn(3, 6, 2, dtype=torch.float64, requires_grad=True)
+    u = rhs * 1.0
+    out = iterative_pinv_solve(m, u, 3)
+    u.mul_(2)
+    with pytest.raises(RuntimeError, match="inplace"):
+        out.sum().backward()
+    grad_rhs = torch.func.grad(lambda r: iterative_pinv_solve(m.detach(), r, 3).sum())(rhs)
+    expected = torch.autograd.grad((iterative_pinv(m, 3) @ rhs).sum(), rhs)[0]
+    assert_close(grad_rhs, expected)
+    only_rhs = iterative_pinv_solve(m.detach(), rhs, 4)  # m needs no gradient
+    assert_close(
+        torch.autograd.grad(only_rhs.sum(), rhs)[0],
+        torch.autograd.grad((iterative_pinv(m.detach(), 4) @ rhs).sum(), rhs)[0],
+    )
+
+
+def test_product_kernel_is_saved_through_hooks_and_w_alone_gets_its_gradient():
+    x = torch.randn(2, 40, 4, dtype=torch.float64, requires_grad=True)
+    y = torch.randn(2, 6, 4, dtype=torch.float64)
+    w = torch.randn(2, 6, 3, dtype=torch.float64, requires_grad=True)
+    packed = []
+
+    def pack(t):
+        packed.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = gaussian_product(x, y, w, scale=0.7)
+    assert (2, 40, 6) in packed  # the (L, S) kernel is visible to checkpointing/offloading
+    out.sum().backward()
+    expected = torch.exp(-0.5 * 0.49 * torch.cdist(x, y).square()) @ w
+    assert_close(torch.autograd.grad(expected.sum(), x)[0], x.grad)
+    w_only = gaussian_product(x.detach(), y, w)  # only w needs a gradient
+    kernel = torch.exp(-0.5 * torch.cdist(x.detach(), y).square())
+    assert_close(
+        torch.autograd.grad(w_only.sum(), w)[0],
+        kernel.mT @ torch.ones(2, 40, 3, dtype=torch.float64),
+    )

@@ -15,27 +15,26 @@ import torch
 from torch import Tensor
 
 from .masks import allowed_keys
-from .numerics import accumulation_dtype, autocast_off, without_autocast
+from .numerics import accumulation_dtype, autocast_off, exp_nonpositive_, without_autocast
 
-#: Entries of the kernel weighted at a time in the backward of :func:`gaussian_product`
-#: (1 MiB in fp32).
+#: Entries of the kernel weighted at a time in the CPU backward of :func:`gaussian_product`
+#: (1 MiB in fp32), in at most :data:`WEIGHT_MAX_BLOCKS` blocks.
 WEIGHT_BLOCK_ENTRIES = 1 << 18
-
-#: Lowest exponent of a kernel entry: ``exp(−87)`` is still a normal fp32 number, so no entry
-#: is subnormal (products with subnormals are many times slower on CPUs); entries below it
-#: are ``< 1.7e-38`` in the exact kernel.
-_MIN_EXPONENT = -87.0
+WEIGHT_MAX_BLOCKS = 8
 
 
 def gaussian_kernel(x: Tensor, y: Tensor, *, scale: float = 1.0) -> Tensor:
     """``κ(s·x_i, s·y_j) = exp(−s²‖x_i − y_j‖²/2)`` for ``x (..., Lx, D)`` and ``y (..., Ly, D)``:
     ``(..., Lx, Ly)`` (batch dims broadcast; s = ``scale``, ``p^-¼`` for attention).
 
-    Computed as ``exp(s²(x·y − ‖x‖²/2 − ‖y‖²/2))`` with the exponent clamped to ``[−87, 0]``
-    (it is ``<= 0`` up to rounding; below −87 an entry would be subnormal), in one matrix
-    product and two in-place passes, outside autocast (in the dtype of the inputs); the
-    backward pass is written out (``∂κ_ij/∂x_i = s²κ_ij (y_j − x_i)``), so nothing of the size
-    of the kernel is kept but the kernel itself. Once differentiable (no double backward).
+    Computed as ``exp(s²(x·y − ‖x‖²/2 − ‖y‖²/2))`` with the exponent clamped to
+    ``[exp_floor(dtype), 0]`` (it is ``<= 0`` up to rounding; entries below the smallest normal
+    number of the dtype, e.g. ``e^-86`` in fp32, are raised to it: no entry is subnormal, which
+    CPUs process many times slower), in one matrix product and two in-place passes, outside
+    autocast (in the dtype of the inputs). The backward pass is written out
+    (``∂κ_ij/∂x_i = s²κ_ij (y_j − x_i)``, using the entry as computed, so a floored entry
+    contributes ``s²·tiny·(y_j − x_i)``), and nothing of the size of the kernel is kept but
+    the kernel itself. Once differentiable (no double backward).
     """
     batch, (x, y) = _flatten("x (..., Lx, D) and y (..., Ly, D)", x, y)
     out = _GaussianKernel.apply(x, y, float(scale) ** 2)
@@ -65,7 +64,7 @@ def _kernel(x: Tensor, y: Tensor, s2: float) -> Tensor:
     half_y = (-0.5 * s2) * y.square().sum(dim=-1, keepdim=True)  # (N, Ly, 1)
     x_aug = torch.cat([x, half_x, torch.ones_like(half_x)], dim=-1)
     y_aug = torch.cat([y * s2 if s2 != 1.0 else y, torch.full_like(half_y, s2), half_y], dim=-1)
-    return torch.bmm(x_aug, y_aug.transpose(-1, -2)).clamp_(_MIN_EXPONENT, 0.0).exp_()
+    return exp_nonpositive_(torch.bmm(x_aug, y_aug.transpose(-1, -2)))
 
 
 def _position_grads(
@@ -79,8 +78,8 @@ def _position_grads(
 ) -> tuple[Tensor | None, Tensor | None]:
     """Gradients of x and y from ``weighted = ∂L/∂κ ∘ κ`` and its row and column sums:
     ``∂L/∂x_i = s² Σ_j weighted_ij (y_j − x_i)``, ``∂L/∂y_j = s² Σ_i weighted_ij (x_i − y_j)``.
-    (Also where the clamp bit: there x_i = y_j up to rounding and both sides are 0, or the
-    entry is below e^-87.)"""
+    (Also where the clamp bit: at 0, x_i = y_j up to rounding and both sides are 0; at the
+    floor, the entry is the smallest normal number.)"""
     grad_x = torch.baddbmm(x * (row * -s2), weighted, y, alpha=s2) if needs[0] else None
     grad_y = torch.baddbmm(y * (col * -s2), weighted.mT, x, alpha=s2) if needs[1] else None
     return grad_x, grad_y
@@ -147,43 +146,50 @@ class _GaussianProduct(torch.autograd.Function):
         out, kernel = output
         ctx.mark_non_differentiable(kernel)
         ctx.set_materialize_grads(False)  # no zero gradient of the kernel output
-        ctx.save_for_backward(x, y, w, out)
-        # kept outside save_for_backward: backward turns it into ∂L/∂κ ∘ κ in place (it has
-        # no grad_fn, so no reference cycle)
-        ctx.kernel = kernel
+        ctx.save_for_backward(x, y, w, out, kernel)
+        ctx.kernel_used = False
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: Tensor | None, _: Tensor | None) -> tuple[Tensor | None, ...]:
-        x, y, w, out = ctx.saved_tensors
+        x, y, w, out, kernel = ctx.saved_tensors
         if grad is None:
             return None, None, None, None, None
+        need_x, need_y, need_w = ctx.needs_input_grad[:3]
         with autocast_off(x):
-            kernel = ctx.kernel
-            if kernel is None:  # a second backward (retain_graph): the kernel was used up
+            if ctx.kernel_used:  # a second backward (retain_graph): the first one wrote over it
                 kernel = _kernel(x, y, ctx.s2)
-            ctx.kernel = None
             grad = grad.to(out.dtype)
             if ctx.transpose:  # out = κᵀ w (Ly, Dv), w (Lx, Dv): ∂L/∂κ = w gᵀ
                 grad_w = torch.bmm(kernel, grad)
                 left, right = w, grad
-                row = (w * grad_w).sum(dim=-1, keepdim=True)
-                col = (grad * out).sum(dim=-1, keepdim=True)
             else:  # out = κ w (Lx, Dv), w (Ly, Dv): ∂L/∂κ = g wᵀ
                 grad_w = torch.bmm(kernel.transpose(-1, -2), grad)
                 left, right = grad, w
+            if not (need_x or need_y):
+                return None, None, grad_w, None, None
+            if ctx.transpose:
+                row = (w * grad_w).sum(dim=-1, keepdim=True)
+                col = (grad * out).sum(dim=-1, keepdim=True)
+            else:
                 row = (grad * out).sum(dim=-1, keepdim=True)
                 col = (w * grad_w).sum(dim=-1, keepdim=True)
-            weighted = _weigh_in_place(kernel, left, right.transpose(-1, -2))
+            # ∂L/∂κ ∘ κ over the kernel's own storage: `.data`, so the saved tensor's version
+            # does not move (a second backward rebuilds the kernel instead, see above)
+            weighted = _weigh_in_place(kernel.data, left, right.transpose(-1, -2))
+            ctx.kernel_used = True
             grad_x, grad_y = _position_grads(weighted, x, y, row, col, ctx.s2, ctx.needs_input_grad)
-        return grad_x, grad_y, grad_w if ctx.needs_input_grad[2] else None, None, None
+        return grad_x, grad_y, grad_w if need_w else None, None, None
 
 
 def _weigh_in_place(kernel: Tensor, left: Tensor, right_t: Tensor) -> Tensor:
-    """``kernel ∘ (left @ right_t)`` written over ``kernel``, a block of rows at a time (each
-    product block stays in cache; no second buffer of the kernel's size)."""
+    """``kernel ∘ (left @ right_t)`` written over ``kernel``. On the CPU by blocks of rows of
+    about :data:`WEIGHT_BLOCK_ENTRIES` (each product block still in cache when it is
+    multiplied in; no second buffer of the kernel's size), at most :data:`WEIGHT_MAX_BLOCKS`."""
     n, rows, cols = kernel.shape
-    step = max(1, WEIGHT_BLOCK_ENTRIES // max(1, n * cols))
+    step = rows
+    if kernel.device.type == "cpu":
+        step = max(-(-rows // WEIGHT_MAX_BLOCKS), WEIGHT_BLOCK_ENTRIES // max(1, n * cols), 1)
     for start in range(0, rows, step):
         block = slice(start, start + step)
         kernel[:, block].mul_(torch.bmm(left[:, block], right_t))

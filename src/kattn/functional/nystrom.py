@@ -79,7 +79,7 @@ def skyformer_attention(
     vv = v.to(acc)
     if key_padding_mask is not None:  # padded keys: zero values (their kernel rows then count
         vv = vv.masked_fill(key_padding_mask[:, None, :, None], 0.0)  # nothing, nor get grads)
-    # C̄_{S,K} V and C̄_{Q,S} W, each fused: no (L, S) matrix is kept for backward
+    # C̄_{S,K} V and C̄_{Q,S} W, each fused: one (L, S) kernel each is kept for backward
     summary = gaussian_product(xk, xs, vv, transpose=True, scale=scale)  # (B, H, S, Dv)
     if keep is not None:
         summary = summary * keep

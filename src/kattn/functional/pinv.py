@@ -77,7 +77,7 @@ def iterative_pinv_solve(
     z0 = z0.expand(*batch, n, n).reshape(-1, n, n)
     u = rhs.to(m.dtype).expand(*batch, n, c).reshape(-1, n, c)
     if iterations > 0:
-        u = _SolveSteps.apply(torch.bmm(m, z0), u, iterations)
+        u = _SolveSteps.apply(torch.bmm(m, z0), u, iterations)[0]
     return torch.bmm(z0, u).reshape(*batch, n, c)
 
 
@@ -117,42 +117,60 @@ def _step_polynomial(x: Tensor, eyes: tuple[Tensor, Tensor, Tensor]) -> Tensor:
 
 class _SolveSteps(torch.autograd.Function):
     """``u_n = p(X_{n−1}) ⋯ p(X₀) u₀`` with ``X_{k+1} = X_k p(X_k)`` for 3-D ``X₀ (N, n, n)``
-    and ``u₀ (N, n, c)``; the last ``p(X) u`` by Horner's rule on u (no ``(n, n)`` product)."""
+    and ``u₀ (N, n, c)``; the last ``p(X) u`` by Horner's rule on u (no ``(n, n)`` product).
+    The intermediates are extra, non-differentiable outputs, so that they are saved through
+    ``save_for_backward`` (version checks, saved-tensor hooks, functorch)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, u: Tensor, iterations: int) -> Tensor:
+    def forward(x: Tensor, u: Tensor, iterations: int) -> tuple[Tensor, ...]:
         with autocast_off(x):
             eye_a, eye_b, eye_c = _identities(x)
-            steps = []
+            steps: list[Tensor] = []
             for _ in range(iterations - 1):
                 a = torch.add(eye_a, x, alpha=-0.25)
                 inner = torch.baddbmm(eye_b, x, a)
                 p = torch.baddbmm(eye_c, x, inner)
-                steps.append((x, a, inner, p, u))
                 u, x = torch.bmm(p, u), torch.bmm(x, p)
+                steps += [a, inner, p, u, x]
             # p(X) u = 3.25u + X(−3.75u + X(1.75u − ¼Xu))
             t = torch.bmm(x, u).mul_(-0.25).add_(u, alpha=1.75)
             t2 = torch.baddbmm(u, x, t, beta=-3.75)
-            last = (x, u, t, t2)
-            u = torch.baddbmm(u, x, t2, beta=3.25)
-        if any(ctx.needs_input_grad):
-            ctx.steps, ctx.last = steps, last
-        return u
+            return torch.baddbmm(u, x, t2, beta=3.25), t, t2, *steps
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
+        x, u, _ = inputs
+        _, *extras = output
+        ctx.mark_non_differentiable(*extras)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, u, *extras)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad_u: Tensor) -> tuple[Tensor, Tensor, None]:
-        x, u, t, t2 = ctx.last
-        with autocast_off(grad_u):
-            grad = grad_u.to(x.dtype)
-            # through the last step: u' = 3.25u + X t2, t2 = −3.75u + X t, t = 1.75u − ¼Xu
+    def backward(ctx: Any, grad: Tensor | None, *_: Tensor | None) -> tuple[Tensor | None, ...]:
+        if grad is None:
+            return None, None, None
+        x, u, t, t2, *rest = ctx.saved_tensors
+        steps = []  # (X_k, a_k, inner_k, p_k, u_k) of the full steps
+        for i in range(0, len(rest), 5):
+            a, inner, p, u_next, x_next = rest[i : i + 5]
+            steps.append((x, a, inner, p, u))
+            x, u = x_next, u_next
+        need_x = ctx.needs_input_grad[0]
+        with autocast_off(grad):
+            grad = grad.to(x.dtype)
+            # the last step: u' = 3.25u + X t2, t2 = −3.75u + X t, t = 1.75u − ¼Xu
             grad_t2 = torch.bmm(x.mT, grad)
             grad_t = torch.bmm(x.mT, grad_t2)
-            grad_x = torch.bmm(grad, t2.mT).baddbmm_(grad_t2, t.mT)
-            grad_x.baddbmm_(grad_t, u.mT, alpha=-0.25)
             grad_u = grad.mul(3.25).add_(grad_t2, alpha=-3.75).add_(grad_t, alpha=1.75)
             grad_u.baddbmm_(x.mT, grad_t, alpha=-0.25)
-            for x, a, inner, p, u in reversed(ctx.steps):  # u' = p u, X' = X p
+            if not need_x:
+                for _, _, _, p, _ in reversed(steps):
+                    grad_u = torch.bmm(p.mT, grad_u)
+                return None, grad_u, None
+            grad_x = torch.bmm(grad, t2.mT).baddbmm_(grad_t2, t.mT)
+            grad_x.baddbmm_(grad_t, u.mT, alpha=-0.25)
+            for x, a, inner, p, u in reversed(steps):  # u' = p u, X' = X p
                 grad_p = torch.bmm(grad_u, u.mT).baddbmm_(x.mT, grad_x)
                 grad_u = torch.bmm(p.mT, grad_u)
                 grad_prev = torch.bmm(grad_x, p.mT).baddbmm_(grad_p, inner.mT)
