@@ -42,7 +42,7 @@ def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") 
     m, z = m.reshape(-1, n, n), z.reshape(-1, n, n)
     eyes = _identities(m)
     for _ in range(iterations):
-        z = torch.bmm(z, _step_polynomial(torch.bmm(m, z), eyes))
+        z = torch.bmm(z, _step_polynomial(torch.bmm(m, z), eyes)[-1])
     return z.reshape(*batch, n, n)
 
 
@@ -108,11 +108,16 @@ def _identities(m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return 1.75 * eye, -3.75 * eye, 3.25 * eye
 
 
-def _step_polynomial(x: Tensor, eyes: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+def _step_polynomial(
+    x: Tensor, eyes: tuple[Tensor, Tensor, Tensor]
+) -> tuple[Tensor, Tensor, Tensor]:
     """``p(X) = ¼(13I − X(15I − X(7I − X))) = 3.25I + X(−3.75I + X(1.75I − ¼X))`` for 3-D X,
-    the identity terms and the ¼ folded into the products."""
+    the identity terms and the ¼ folded into the products: ``a = 1.75I − ¼X``,
+    ``inner = −3.75I + X a`` and ``p = 3.25I + X inner`` (the first two for backward)."""
     eye_a, eye_b, eye_c = eyes
-    return torch.baddbmm(eye_c, x, torch.baddbmm(eye_b, x, torch.add(eye_a, x, alpha=-0.25)))
+    a = torch.add(eye_a, x, alpha=-0.25)
+    inner = torch.baddbmm(eye_b, x, a)
+    return a, inner, torch.baddbmm(eye_c, x, inner)
 
 
 class _SolveSteps(torch.autograd.Function):
@@ -124,12 +129,10 @@ class _SolveSteps(torch.autograd.Function):
     @staticmethod
     def forward(x: Tensor, u: Tensor, iterations: int) -> tuple[Tensor, ...]:
         with autocast_off(x):
-            eye_a, eye_b, eye_c = _identities(x)
+            eyes = _identities(x)
             steps: list[Tensor] = []
             for _ in range(iterations - 1):
-                a = torch.add(eye_a, x, alpha=-0.25)
-                inner = torch.baddbmm(eye_b, x, a)
-                p = torch.baddbmm(eye_c, x, inner)
+                a, inner, p = _step_polynomial(x, eyes)
                 u, x = torch.bmm(p, u), torch.bmm(x, p)
                 steps += [a, inner, p, u, x]
             # p(X) u = 3.25u + X(−3.75u + X(1.75u − ¼Xu))
