@@ -153,6 +153,24 @@ def test_projection_is_in_the_state_dict():
     assert "feature_map.projection" in attn.state_dict()
 
 
+def test_redraw_schedule_travels_in_the_state_dict():
+    """A model loaded from a checkpoint redraws at the same steps as the one that saved it."""
+    q = torch.randn(1, 1, 4, D)
+    attn = kattn.build("performer", head_dim=D, num_heads=1, redraw=3).train()
+    attn(q, q, q), attn(q, q, q)  # two of three forwards before the next draw
+    copy = kattn.build("performer", head_dim=D, num_heads=1, redraw=3).train()
+    copy.load_state_dict(attn.state_dict())
+    before = copy.feature_map.projection.clone()
+    copy(q, q, q)  # the third: draws now
+    assert not torch.equal(copy.feature_map.projection, before)
+    fresh = kattn.build("performer", head_dim=D, num_heads=1, redraw=3).train()
+    before = fresh.feature_map.projection.clone()
+    fresh(q, q, q)
+    assert torch.equal(fresh.feature_map.projection, before)
+    with pytest.raises(ValueError, match="steps_since_redraw"):
+        copy.feature_map.set_extra_state({"steps": 1})
+
+
 @pytest.mark.parametrize("name", ["rfa", "performer"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_large_norms_give_bounded_fp32_features(name, dtype):

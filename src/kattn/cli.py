@@ -1,4 +1,4 @@
-"""The ``kattn`` command: ``kattn list``, ``kattn demo``, ``kattn bench approx``."""
+"""The ``kattn`` command: ``list``, ``demo``, ``bench``, ``train``, ``eval``, ``data generate``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from . import __version__, features
 from .bench.commands import add_bench_parser
 from .bench.compare import compare_mechanisms, format_table
 from .bench.timing import machine_info
+from .data.commands import add_data_parser
 from .registry import CAPABILITY_FLAGS, available, spec
+from .train.commands import add_train_parsers
 
 _FLAG_TITLES = {
     "supports_causal": "causal",
@@ -118,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.set_defaults(func=cmd_demo)
     add_bench_parser(sub)
+    add_train_parsers(sub)
+    add_data_parser(sub)
     return parser
 
 
@@ -125,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ValueError, TypeError, NotImplementedError) as err:
+    except (ValueError, TypeError, NotImplementedError, FileNotFoundError) as err:
         print(f"kattn: error: {err}", file=sys.stderr)
         return 2
 

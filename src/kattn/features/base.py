@@ -123,6 +123,16 @@ class ResampledFeatureMap(FeatureMap):
         self._redraw()
         self._steps_since_redraw = 0
 
+    def get_extra_state(self) -> dict[str, int]:
+        """The position in the redraw schedule, kept in ``state_dict()`` so that a resumed run
+        redraws at the same steps as an uninterrupted one."""
+        return {"steps_since_redraw": self._steps_since_redraw}
+
+    def set_extra_state(self, state: Any) -> None:
+        if not isinstance(state, dict) or not isinstance(state.get("steps_since_redraw"), int):
+            raise ValueError(f"expected {{'steps_since_redraw': int}}, got {state!r}")
+        self._steps_since_redraw = state["steps_since_redraw"]
+
     @torch.compiler.disable
     def training_step(self) -> None:
         if not isinstance(self._every, int) or in_backward():  # "never"; a checkpoint re-run

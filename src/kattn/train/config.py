@@ -16,6 +16,7 @@ from typing import Any
 
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 SCHEDULES = ("rsqrt", "cosine", "onecycle", "constant")
+AMP_DTYPES = ("bfloat16", "float16")
 
 
 @dataclass
@@ -47,11 +48,18 @@ class AttentionConfig:
 
 @dataclass
 class DataConfig:
-    """Where the task's data comes from and how it is read."""
+    """Where the task's data comes from and how it is read.
+
+    Sequences are cut to ``truncate`` tokens (default: ``max_len``, or the task's length —
+    ListOps 2000, Text and Retrieval 4000, Image and Pathfinder 1024) and padded with id 0 to
+    ``max_len`` (default: the cut length), the length the model sees. Skyformer cuts ListOps
+    to 2000 and pads to 2048. ``path`` None with ListOps means the embedded generated set.
+    """
 
     task: str = "listops"
     path: str | None = None
     max_len: int | None = None
+    truncate: int | None = None
     pad_id_mask: bool = True
     tokenization: str = "official"
     level: str = "curv_contour_length_14"
@@ -59,7 +67,16 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    """AdamW and the learning-rate schedule."""
+    """AdamW and the learning-rate schedule.
+
+    Schedules: ``onecycle`` (PyTorch's ``OneCycleLR``, linear anneal, warm-up fraction
+    ``warmup_steps / steps``, β₁ cycled 0.95→0.85→0.95: the Skyformer code), ``rsqrt``
+    (``lr · min(1, t/w) / √max(t, w)``, LRA and the KL-Transformer: the peak is ``lr/√w``),
+    ``cosine`` (linear warm-up to ``lr``, cosine decay to 0), ``constant`` (after warm-up).
+    ``accumulate`` micro-batches make one optimiser step of ``train.batch_size`` examples.
+    ``amp`` autocasts CUDA runs to ``amp_dtype`` (float16 with a gradient scaler); CPU runs
+    are fp32.
+    """
 
     lr: float = 1e-4
     weight_decay: float = 0.0
@@ -72,19 +89,29 @@ class OptimConfig:
     grad_clip_norm: float | None = None
     accumulate: int = 1
     amp: bool = True
+    amp_dtype: str = "bfloat16"
 
 
 @dataclass
 class LoopConfig:
-    """Steps, batches, evaluation and checkpoints."""
+    """Steps, batches, evaluation and checkpoints.
+
+    ``steps`` counts optimiser steps of ``batch_size`` examples (across all processes).
+    Every ``eval_every`` steps the validation split is evaluated (its first ``eval_batches``
+    batches, or all of it) and the run checkpointed; the best validation accuracy is kept as
+    the best checkpoint once ``best_after`` of the steps are done (Skyformer: 0.2).
+    ``early_stop`` stops after that many evaluations without improvement.
+    """
 
     steps: int = 50000
     batch_size: int = 32
     eval_every: int = 500
     eval_batches: int | None = None
+    log_every: int = 50
     seed: int = 42
     device: str = "auto"
     early_stop: int | None = None
+    best_after: float = 0.0
 
 
 @dataclass
@@ -115,21 +142,89 @@ class RunConfig:
         return config
 
 
+#: the optimiser and model conventions shared by the official LRA configs and the KL-Transformer:
+#: AdamW β₂ 0.98, eps 1e-9, weight decay 0.1, linear warm-up then rsqrt decay, no clipping,
+#: N(0, 1) embeddings, CLS head of the MLP width.
+_LRA: dict[str, Any] = {
+    "optim.beta2": 0.98, "optim.eps": 1e-9, "optim.weight_decay": 0.1, "optim.schedule": "rsqrt",
+    "optim.grad_clip_value": None, "model.embedding_std": 1.0,
+}  # fmt: skip
+
+
+def _model(dim: int, layers: int, heads: int, mlp: int, pooling: str, positions: str) -> dict:
+    return {
+        "model.dim": dim, "model.num_layers": layers, "model.num_heads": heads,
+        "model.ffn_dim": mlp, "model.head_hidden": mlp, "model.pooling": pooling,
+        "model.positions": positions,
+    }  # fmt: skip
+
+
 #: per-task settings of the papers: name → task → dotted key → value.
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # Skyformer / Nyströmformer LRA code (implementation notes §A.6): 2 layers, dim 64, 2 heads,
-    # FFN 128, mean pooling, pre-LN, dropout 0.1, AdamW eps 1e-6, one-cycle, value clipping 1.
+    # FFN 128, mean pooling, pre-LN, dropout 0.1, AdamW eps 1e-6, one-cycle, value clipping 1,
+    # 50k steps, best checkpoint after 20 % of them; ListOps/Text cut to 2000/4000, padded to
+    # a power of two.
     "skyformer": {
         "listops": {"train.batch_size": 32, "optim.lr": 1e-4, "optim.warmup_steps": 1000,
-                    "train.eval_every": 500, "data.max_len": 2048},
+                    "train.eval_every": 500, "train.eval_batches": 62, "data.max_len": 2048,
+                    "data.truncate": 2000, "data.tokenization": "legacy"},
         "text": {"train.batch_size": 32, "optim.lr": 1e-4, "optim.warmup_steps": 80,
-                 "train.eval_every": 500, "data.max_len": 4096},
+                 "train.eval_every": 500, "train.eval_batches": 200, "data.max_len": 4096,
+                 "data.truncate": 4000},
         "retrieval": {"train.batch_size": 16, "optim.lr": 2e-4, "optim.warmup_steps": 800,
-                      "train.eval_every": 1000, "data.max_len": 4096},
+                      "train.eval_every": 1000, "train.eval_batches": 300, "data.max_len": 4096,
+                      "data.truncate": 4000},
         "image": {"train.batch_size": 256, "optim.lr": 1e-4, "optim.warmup_steps": 175,
-                  "train.eval_every": 50, "data.max_len": 1024},
+                  "train.eval_every": 50, "train.eval_batches": 20, "data.max_len": 1024},
         "pathfinder": {"train.batch_size": 128, "optim.lr": 2e-4, "optim.warmup_steps": 312,
-                       "train.eval_every": 500, "data.max_len": 1024},
+                       "train.eval_every": 500, "train.eval_batches": 156,
+                       "data.max_len": 1024},
+    },
+    # The official LRA configs (JAX, implementation notes §D.5).
+    "lra": {
+        "listops": {**_LRA, **_model(512, 4, 8, 1024, "cls", "sinusoidal"),
+                    "optim.lr": 0.05, "optim.warmup_steps": 1000, "train.steps": 5000,
+                    "train.eval_every": 50, "train.batch_size": 32, "data.max_len": 2000},
+        "text": {**_LRA, **_model(256, 4, 4, 1024, "cls", "sinusoidal"),
+                 "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 20000,
+                 "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 1000},
+        "retrieval": {**_LRA, **_model(128, 4, 4, 512, "cls", "sinusoidal"),
+                      "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 5000,
+                      "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
+        "image": {**_LRA, **_model(128, 1, 8, 128, "cls", "learned"),
+                  "model.dropout": 0.3, "model.attention_dropout": 0.2,
+                  "optim.lr": 5e-4, "optim.warmup_steps": 175, "optim.schedule": "cosine",
+                  "optim.weight_decay": 0.0, "train.steps": 35000, "train.eval_every": 175,
+                  "train.batch_size": 256, "data.max_len": 1024},
+        "pathfinder": {**_LRA, **_model(32, 4, 4, 32, "mean", "sinusoidal"),
+                       "model.dropout": 0.2, "optim.lr": 1e-3, "optim.warmup_steps": 312,
+                       "optim.schedule": "cosine", "optim.weight_decay": 0.0,
+                       "train.steps": 62400, "train.eval_every": 312,
+                       "train.batch_size": 512, "data.max_len": 1024},
+    },
+    # The KL-Transformer (seed 004, Table 4; no Pathfinder there).
+    "kl": {
+        "listops": {**_LRA, **_model(512, 6, 8, 2048, "cls", "sinusoidal"),
+                    "optim.lr": 5e-3, "optim.warmup_steps": 1000, "train.steps": 10000,
+                    "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 2000},
+        "text": {**_LRA, **_model(256, 4, 4, 1024, "cls", "sinusoidal"),
+                 "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 20000,
+                 "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
+        "retrieval": {**_LRA, **_model(128, 4, 4, 512, "cls", "sinusoidal"),
+                      "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 5000,
+                      "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
+        "image": {**_LRA, **_model(128, 1, 8, 128, "cls", "learned"),
+                  "model.dropout": 0.3, "optim.lr": 5e-4, "optim.warmup_steps": 175,
+                  "optim.schedule": "cosine", "optim.weight_decay": 0.0, "train.steps": 35200,
+                  "train.eval_every": 176, "train.batch_size": 256, "data.max_len": 1024},
+    },
+    # Minutes on a CPU: the Skyformer model with a larger learning rate and few steps (the
+    # embedded default of `kattn train --task listops`: short generated expressions).
+    "small": {
+        task: {"optim.lr": 1e-3, "optim.warmup_steps": 100, "train.steps": 2000,
+               "train.eval_every": 200, "train.batch_size": 32}
+        for task in TASKS
     },
 }  # fmt: skip
 
@@ -140,6 +235,10 @@ def preset(name: str, task: str) -> RunConfig:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
+    if task not in PRESETS[name]:
+        raise ValueError(
+            f"preset {name!r} has no {task} configuration; it has {', '.join(PRESETS[name])}"
+        )
     config = RunConfig()
     config.data.task = task
     apply_overrides(config, [f"{k}={json.dumps(v)}" for k, v in PRESETS[name][task].items()])
@@ -215,3 +314,59 @@ def _owner(spec: dataclasses.Field[Any]) -> type:
         if spec in dataclasses.fields(cls):
             return cls
     raise LookupError(spec.name)
+
+
+def validate(config: RunConfig) -> RunConfig:
+    """``config`` if its values are usable, else a ``ValueError`` naming the field."""
+    choices = {
+        "data.task": (config.data.task, TASKS),
+        "data.tokenization": (config.data.tokenization, ("official", "legacy")),
+        "optim.schedule": (config.optim.schedule, SCHEDULES),
+        "optim.amp_dtype": (config.optim.amp_dtype, AMP_DTYPES),
+        "model.pooling": (config.model.pooling, ("mean", "cls")),
+        "model.positions": (config.model.positions, ("learned", "sinusoidal", "none")),
+    }
+    for key, (choice, allowed) in choices.items():
+        if choice not in allowed:
+            raise ValueError(f"{key} must be one of {', '.join(allowed)}, got {choice!r}")
+    positive = {
+        "train.steps": config.train.steps,
+        "train.batch_size": config.train.batch_size,
+        "train.eval_every": config.train.eval_every,
+        "train.log_every": config.train.log_every,
+        "optim.accumulate": config.optim.accumulate,
+        "model.dim": config.model.dim,
+        "model.num_layers": config.model.num_layers,
+        "model.num_heads": config.model.num_heads,
+        "model.ffn_dim": config.model.ffn_dim,
+    }
+    optional = {
+        "data.max_len": config.data.max_len,
+        "data.truncate": config.data.truncate,
+        "train.eval_batches": config.train.eval_batches,
+        "train.early_stop": config.train.early_stop,
+        "model.head_hidden": config.model.head_hidden,
+    }
+    positive.update({k: v for k, v in optional.items() if v is not None})
+    for key, value in positive.items():
+        if value < 1:
+            raise ValueError(f"{key} must be positive, got {value}")
+    if config.optim.warmup_steps < 0 or config.optim.lr <= 0:
+        raise ValueError("optim.warmup_steps must be ≥ 0 and optim.lr > 0")
+    if config.train.batch_size % config.optim.accumulate:
+        raise ValueError(
+            f"train.batch_size ({config.train.batch_size}) must be a multiple of "
+            f"optim.accumulate ({config.optim.accumulate})"
+        )
+    if not 0.0 <= config.train.best_after <= 1.0:
+        raise ValueError(f"train.best_after must be in [0, 1], got {config.train.best_after}")
+    if config.model.dim % config.model.num_heads:
+        raise ValueError(
+            f"model.dim ({config.model.dim}) must be a multiple of model.num_heads "
+            f"({config.model.num_heads})"
+        )
+    if config.data.max_len and config.data.truncate and config.data.truncate > config.data.max_len:
+        raise ValueError(
+            f"data.truncate ({config.data.truncate}) exceeds data.max_len ({config.data.max_len})"
+        )
+    return config

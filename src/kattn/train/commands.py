@@ -1,0 +1,159 @@
+"""``kattn train`` and ``kattn eval``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import save_json
+from .config import PRESETS, TASKS, RunConfig, apply_overrides, preset
+from .loop import Interrupted, evaluate_run, train
+
+#: flags that set the config (refused with --resume, which keeps the run's config.json).
+_CONFIG_FLAGS = (
+    "config", "task", "data", "level", "attention", "attention_option", "preset", "set", "steps",
+    "batch_size", "eval_every", "seed", "device",
+)  # fmt: skip
+
+
+def add_train_parsers(sub: Any) -> None:
+    """Add ``train`` and ``eval`` to the ``kattn`` subcommands."""
+    p = sub.add_parser(
+        "train",
+        help="train a classifier on an LRA task (ListOps with no --data: generated, embedded)",
+        description="Train a classifier on a Long Range Arena task with any mechanism. "
+        "Without --data, ListOps trains on a small generated set (the embedded default).",
+    )
+    p.add_argument("--task", choices=TASKS, help="the task (default listops)")
+    p.add_argument(
+        "--data",
+        help="the released files: the folder holding basic_*.tsv "
+        "(ListOps), new_aan_pairs.*.tsv (Retrieval), aclImdb (Text), "
+        "cifar-10-batches-py (Image) or pathfinder32 (Pathfinder)",
+    )
+    p.add_argument("--level", help="Pathfinder level (default curv_contour_length_14)")
+    p.add_argument("--out", help="the run folder (default runs/<task>-<attention>)")
+    p.add_argument("--attention", help="mechanism name (kattn list; default softmax)")
+    p.add_argument(
+        "--attention-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a mechanism option, e.g. num_features=128 (repeatable)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="the papers' settings: skyformer (default with --data), lra, kl, "
+        "small (default without --data)",
+    )
+    p.add_argument(
+        "--config",
+        metavar="JSON",
+        help="start from a saved config (a run's config.json) instead of a preset",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config field, e.g. model.num_layers=4 (repeatable)",
+    )
+    p.add_argument("--steps", type=int, help="total optimiser steps")
+    p.add_argument("--batch-size", type=int, help="examples per optimiser step (all processes)")
+    p.add_argument("--eval-every", type=int, help="steps between validations and checkpoints")
+    p.add_argument("--seed", type=int, help="seed of the model, data order and dropout")
+    p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
+    )
+    p.add_argument(
+        "--stop-after",
+        type=int,
+        metavar="STEP",
+        help="stop (checkpointed, resumable) once STEP steps are done",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a trained run again")
+    p.add_argument("--run", required=True, help="the run folder")
+    p.add_argument("--split", default="test", choices=("train", "valid", "test"))
+    p.add_argument("--checkpoint", default="best", choices=("best", "last"))
+    p.add_argument("--device", default="auto")
+    p.set_defaults(func=cmd_eval)
+
+
+def resolve_config(args: argparse.Namespace) -> RunConfig:
+    """The run's config from the flags: preset, then flags, then ``--set`` overrides."""
+    if args.config:
+        if args.preset:
+            raise ValueError("give --config or --preset, not both")
+        config = RunConfig.from_dict(json.loads(Path(args.config).read_text()))
+        if args.task:
+            config.data.task = args.task
+    else:
+        task = args.task or "listops"
+        name = args.preset or ("skyformer" if args.data or task != "listops" else "small")
+        config = preset(name, task)
+    if args.data:
+        config.data.path = str(Path(args.data))
+    if args.level:
+        config.data.level = args.level
+    if args.attention:
+        config.attention.name = args.attention
+    overrides = [f"attention.options.{item}" for item in args.attention_option or []]
+    for flag, key in (("steps", "train.steps"), ("batch_size", "train.batch_size"),
+                      ("eval_every", "train.eval_every"), ("seed", "train.seed")):  # fmt: skip
+        if getattr(args, flag) is not None:
+            overrides.append(f"{key}={getattr(args, flag)}")
+    if args.device:
+        config.train.device = args.device
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"--attention-option is KEY=VALUE, got {item!r}")
+    return apply_overrides(config, overrides + list(args.set or []))
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    if args.resume:
+        given = [f"--{f.replace('_', '-')}" for f in _CONFIG_FLAGS if getattr(args, f)]
+        if not args.out or given:
+            raise ValueError(
+                "--resume takes --out RUN_DIR and keeps that run's config.json; drop "
+                + (", ".join(given) or "nothing")
+            )
+        config = RunConfig()
+    else:
+        config = resolve_config(args)
+    if args.print_config:
+        print(config.to_json())
+        return 0
+    out = args.out or f"runs/{config.data.task}-{config.attention.name}"
+    try:
+        results = train(
+            config, out, resume=args.resume, progress=not args.no_progress,
+            stop_after=args.stop_after,
+        )  # fmt: skip
+    except Interrupted as stop:
+        print(f"kattn: {stop}", file=sys.stderr)
+        return 130
+    except FileExistsError as err:
+        raise ValueError(str(err)) from None
+    summary = {k: results[k] for k in ("task", "mechanism", "steps", "test_accuracy",
+                                       "best_valid_accuracy", "majority_baseline",
+                                       "wall_time_s", "steps_per_s")}  # fmt: skip
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    run = Path(args.run)
+    if not (run / "config.json").is_file():
+        raise ValueError(f"{run} is not a run folder (no config.json)")
+    result = evaluate_run(run, args.split, checkpoint=args.checkpoint, device=args.device)
+    save_json(run / f"eval-{args.split}-{args.checkpoint}.json", result)
+    print(json.dumps(result, indent=2))
+    return 0

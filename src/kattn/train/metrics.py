@@ -1,0 +1,124 @@
+"""Where a run's numbers go: ``metrics.jsonl`` (one JSON object per logged step or
+evaluation), TensorBoard when it is installed, and a progress bar (tqdm when installed, else a
+line every log interval)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+METRICS = "metrics.jsonl"
+
+
+def truncate_metrics(path: Path, last_step: int) -> None:
+    """Drop the records after ``last_step`` (a resumed run repeats those steps)."""
+    if not path.exists():
+        return
+    kept = [
+        line
+        for line in path.read_text().splitlines()
+        if line.strip() and json.loads(line)["step"] <= last_step
+    ]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+class MetricsLog:
+    """Appends records to ``<run>/metrics.jsonl`` and TensorBoard, and draws the progress.
+
+    Args:
+        run_dir: the run folder, or None in processes other than the first (they log nothing).
+        total_steps, start_step: for the progress bar.
+        progress: show a progress bar (stderr).
+        tensorboard: also write TensorBoard events to ``<run>/tensorboard`` when the
+            ``tensorboard`` package is installed.
+    """
+
+    def __init__(
+        self,
+        run_dir: Path | None,
+        *,
+        total_steps: int,
+        start_step: int = 0,
+        progress: bool = True,
+        tensorboard: bool = True,
+    ) -> None:
+        self.path = None if run_dir is None else run_dir / METRICS
+        self.writer: Any = None
+        self.bar: Any = None
+        self.total = total_steps
+        self.started = time.perf_counter()
+        if run_dir is None:
+            return
+        if tensorboard:
+            self.writer = _summary_writer(run_dir / "tensorboard")
+        if progress:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                self.bar = _LineProgress(total_steps, start_step)
+            else:
+                self.bar = tqdm(total=total_steps, initial=start_step, unit="step", file=sys.stderr)
+
+    def record(self, split: str, step: int, values: dict[str, Any]) -> None:
+        """Append ``{"step", "split", **values}`` and show it."""
+        if self.path is None:
+            return
+        row = {"step": step, "split": split, **values}
+        with self.path.open("a") as file:
+            file.write(json.dumps(row) + "\n")
+        if self.writer is not None:
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(f"{split}/{key}", value, step)
+        if isinstance(self.bar, _LineProgress):
+            self.bar.show(split, step, values)
+
+    def advance(self, step: int, postfix: dict[str, float]) -> None:
+        """Move the bar to ``step`` (after an optimiser step) with ``postfix``."""
+        if self.bar is None:
+            return
+        if isinstance(self.bar, _LineProgress):
+            self.bar.n = step
+            return
+        self.bar.update(step - self.bar.n)
+        if postfix:
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in postfix.items()}, refresh=False)
+
+    def write(self, message: str) -> None:
+        """A line for the user (above the bar)."""
+        if self.path is None:
+            return
+        if self.bar is not None and not isinstance(self.bar, _LineProgress):
+            self.bar.write(message, file=sys.stderr)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None and not isinstance(self.bar, _LineProgress):
+            self.bar.close()
+        if self.writer is not None:
+            self.writer.close()
+
+
+class _LineProgress:
+    """The progress without tqdm: one line per logged record."""
+
+    def __init__(self, total: int, start: int) -> None:
+        self.total, self.n = total, start
+
+    def show(self, split: str, step: int, values: dict[str, Any]) -> None:
+        shown = " ".join(
+            f"{k}={v:.4g}" for k, v in values.items() if isinstance(v, float) and k != "lr"
+        )
+        print(f"[{split}] step {step}/{self.total} {shown}", file=sys.stderr, flush=True)
+
+
+def _summary_writer(folder: Path) -> Any:
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is not installed
+        return None
+    return SummaryWriter(str(folder))

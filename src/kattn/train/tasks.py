@@ -1,0 +1,165 @@
+"""From a :class:`RunConfig` to the task's data and model.
+
+``load_task`` reads the task's released files (``data.path``) with the :mod:`kattn.data`
+loaders, cuts sequences to ``data.truncate`` and pads them to ``data.max_len``. ListOps with
+no path is the embedded default: a short ListOps set generated once by
+:func:`kattn.data.generate_listops` and cached (``$KATTN_CACHE``, else
+``~/.cache/kattn``) in the released TSV format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data import (
+    SequenceDataset,
+    TaskData,
+    generate_listops,
+    load_image,
+    load_listops,
+    load_pathfinder,
+    load_retrieval,
+    load_text,
+    write_listops,
+)
+from ..nn import DualEncoderClassifier, SequenceClassifier
+from .config import RunConfig
+
+#: the length of every task in LRA (sequences are cut to it).
+TASK_LENGTHS = {"listops": 2000, "text": 4000, "retrieval": 4000, "image": 1024, "pathfinder": 1024}
+
+#: the embedded ListOps set: LRA's generator with short expressions (lengths 21–99 tokens,
+#: depth ≤ 4), so that a small model learns it within minutes on a CPU.
+EMBEDDED_LISTOPS: dict[str, int] = {
+    "num_train": 20000,
+    "num_valid": 1000,
+    "num_test": 1000,
+    "min_length": 20,
+    "max_length": 100,
+    "max_depth": 4,
+    "max_args": 10,
+    "seed": 0,
+}
+
+
+def cache_dir() -> Path:
+    """Where generated data is kept: ``$KATTN_CACHE`` or ``~/.cache/kattn``."""
+    root = os.environ.get("KATTN_CACHE") or Path.home() / ".cache" / "kattn"
+    return Path(root)
+
+
+def embedded_listops(create: bool = True) -> Path:
+    """The folder of the embedded ListOps set (generated there on first use)."""
+    key = hashlib.sha256(json.dumps(EMBEDDED_LISTOPS, sort_keys=True).encode()).hexdigest()
+    folder = cache_dir() / f"listops-embedded-{key[:12]}"
+    if create and not (folder / "basic_test.tsv").exists():
+        splits = generate_listops(
+            EMBEDDED_LISTOPS["num_train"],
+            EMBEDDED_LISTOPS["num_valid"],
+            EMBEDDED_LISTOPS["num_test"],
+            **{k: v for k, v in EMBEDDED_LISTOPS.items() if not k.startswith("num_")},
+        )
+        partial = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+        write_listops(partial, splits)
+        try:
+            partial.rename(folder)
+        except OSError:  # another process finished first
+            if not (folder / "basic_test.tsv").exists():
+                raise
+    return folder
+
+
+def load_task(config: RunConfig) -> TaskData:
+    """The task's splits, cut to ``data.truncate`` and padded to ``data.max_len``."""
+    data = config.data
+    task = data.task
+    default = EMBEDDED_LISTOPS["max_length"] if task == "listops" and not data.path else None
+    length = data.max_len or default or TASK_LENGTHS[task]
+    cut = data.truncate or min(length, TASK_LENGTHS[task])
+    if task == "listops":
+        embedded = not data.path
+        path = embedded_listops() if embedded else Path(data.path or "")
+        loaded = load_listops(path, tokenization=data.tokenization, max_len=cut)
+        loaded.info["embedded"] = dict(EMBEDDED_LISTOPS) if embedded else None
+    elif data.path is None:
+        raise ValueError(
+            f"task {task!r} needs --data (the released files; see docs/reproducing-lra.md); "
+            "only listops has an embedded default"
+        )
+    elif task == "text":
+        loaded = load_text(data.path, max_len=cut)
+    elif task == "retrieval":
+        loaded = load_retrieval(data.path, max_len=cut)
+    elif task == "image":
+        loaded = load_image(data.path)
+    else:
+        loaded = load_pathfinder(data.path, level=data.level)
+    return pad_task(loaded, length)
+
+
+def pad_task(data: TaskData, length: int) -> TaskData:
+    """``data`` with every split padded with id 0 (or cut) to ``length`` tokens."""
+    if length == data.max_len:
+        return data
+
+    def fit(tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.shape[1] >= length:
+            return tokens[:, :length].contiguous()
+        return F.pad(tokens, (0, length - tokens.shape[1]))
+
+    def split(d: SequenceDataset) -> SequenceDataset:
+        return SequenceDataset(
+            fit(d.tokens),
+            d.lengths.clamp(max=length),
+            d.labels,
+            None if d.tokens2 is None else fit(d.tokens2),
+            None if d.lengths2 is None else d.lengths2.clamp(max=length),
+        )
+
+    return TaskData(
+        data.task,
+        split(data.train),
+        split(data.valid),
+        split(data.test),
+        data.vocab_size,
+        data.num_classes,
+        length,
+        data.info,
+    )
+
+
+def build_model(config: RunConfig, data: TaskData) -> nn.Module:
+    """The classifier of ``config.model`` with ``config.attention`` in every layer."""
+    m = config.model
+    encoder: dict[str, Any] = {
+        "dim": m.dim,
+        "depth": m.num_layers,
+        "num_heads": m.num_heads,
+        "ffn_dim": m.ffn_dim,
+        "positions": m.positions,
+        "norm_first": m.norm_first,
+        "dropout": m.dropout,
+        "attention_dropout": m.attention_dropout,
+        "block_skip": m.block_skip,
+        "out_proj": m.out_proj,
+        "embedding_std": m.embedding_std,
+        "mechanism": config.attention.name,
+        **config.attention.options,
+    }
+    cls = DualEncoderClassifier if data.train.paired else SequenceClassifier
+    return cls(
+        data.vocab_size,
+        data.max_len,
+        data.num_classes,
+        pooling=m.pooling,
+        head_hidden=m.head_hidden,
+        **encoder,
+    )

@@ -1,0 +1,88 @@
+"""``kattn train`` and ``kattn eval`` from the command line: presets, flags, overrides, the
+embedded default, stop and resume, evaluation again."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kattn.cli import main
+from kattn.train.tasks import EMBEDDED_LISTOPS
+
+from .test_train_loop import listops_dir  # noqa: F401  (the fixture)
+
+SMALL = [
+    "--set", "model.dim=16", "--set", "model.num_layers=1", "--set", "model.ffn_dim=32",
+    "--batch-size", "8", "--eval-every", "2", "--device", "cpu", "--no-progress",
+]  # fmt: skip
+
+
+def config_of(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["train", *argv, "--print-config"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_presets_flags_and_overrides(capsys):
+    lra = config_of(capsys, "--task", "text", "--preset", "lra")
+    assert lra["model"]["num_layers"] == 4 and lra["optim"]["schedule"] == "rsqrt"
+    assert lra["data"]["max_len"] == 1000 and lra["model"]["pooling"] == "cls"
+    kl = config_of(capsys, "--task", "listops", "--preset", "kl")
+    assert kl["model"]["num_layers"] == 6 and kl["optim"]["lr"] == 5e-3
+    sky = config_of(
+        capsys, "--task", "retrieval", "--data", "somewhere", "--attention", "performer",
+        "--attention-option", "num_features=128", "--set", "model.num_layers=4",
+        "--steps", "7", "--seed", "3",
+    )  # fmt: skip
+    assert sky["train"]["batch_size"] == 16 and sky["data"]["max_len"] == 4096  # skyformer
+    assert sky["attention"] == {"name": "performer", "options": {"num_features": 128}}
+    assert sky["model"]["num_layers"] == 4 and sky["train"]["steps"] == 7
+    assert sky["train"]["seed"] == 3 and sky["data"]["path"] == "somewhere"
+    small = config_of(capsys)  # no --data: the embedded ListOps and the small preset
+    assert small["data"]["task"] == "listops" and small["data"]["path"] is None
+    assert small["optim"]["lr"] == 1e-3
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--set", "model.depth=4"], "unknown config key model.depth"),
+        (["--set", "model.dim=wide"], "model.dim must be int"),
+        (["--preset", "kl", "--task", "pathfinder"], "no pathfinder configuration"),
+        (["--resume", "--steps", "3", "--out", "x"], "drop --steps"),
+        (["--attention-option", "num_features"], "KEY=VALUE"),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message(capsys, argv, message):
+    assert main(["train", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_stop_resume_and_eval(listops_dir, tmp_path, capsys):  # noqa: F811
+    out = str(tmp_path / "run")
+    argv = ["train", "--data", str(listops_dir), "--out", out, "--steps", "6", *SMALL]
+    assert main([*argv, "--stop-after", "3"]) == 130
+    assert "--resume" in capsys.readouterr().err
+    assert main(argv) == 2  # the folder holds a run
+    assert main(["train", "--out", out, "--resume", "--no-progress"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["steps"] == 6 and summary["majority_baseline"] > 0
+    assert main(["eval", "--run", out, "--device", "cpu"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["accuracy"] == summary["test_accuracy"]
+    assert json.loads((tmp_path / "run" / "eval-test-best.json").read_text()) == again
+    assert main(["eval", "--run", str(tmp_path)]) == 2
+
+
+def test_embedded_default_generates_and_caches_listops(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KATTN_CACHE", str(tmp_path / "cache"))
+    out = str(tmp_path / "run")
+    assert main(["train", "--out", out, "--steps", "2", *SMALL]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["task"] == "listops" and summary["steps"] == 2
+    [folder] = (tmp_path / "cache").iterdir()
+    assert (folder / "basic_train.tsv").read_text().count("\n") == EMBEDDED_LISTOPS["num_train"] + 1
+    results = json.loads((Path(out) / "results.json").read_text())
+    assert results["data"]["embedded"] == EMBEDDED_LISTOPS
+    assert results["test_examples"] == EMBEDDED_LISTOPS["num_test"]

@@ -1,0 +1,45 @@
+"""Two processes under torchrun (gloo, CPU) train as one process with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kattn.train.loop import iter_records, train
+
+from .test_train_loop import listops_dir, tiny  # noqa: F401  (the fixture)
+
+
+@pytest.mark.slow
+def test_two_processes_match_one(listops_dir, tmp_path):  # noqa: F811
+    config = tiny(
+        "listops", listops_dir, "model.dropout=0.0", "model.attention_dropout=0.0",
+        "train.log_every=1", "train.steps=6", "train.eval_every=3",
+    )  # fmt: skip
+    (tmp_path / "config.json").write_text(config.to_json())
+    one = train(config, tmp_path / "one", progress=False)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "-m", "kattn", "train", "--config", str(tmp_path / "config.json"),
+        "--out", str(tmp_path / "two"), "--no-progress",
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    two = json.loads((tmp_path / "two" / "results.json").read_text())
+    assert two["world_size"] == 2 and one["world_size"] == 1
+    losses = {
+        run: [(r["step"], r["loss"]) for r in iter_records(tmp_path / run) if r["split"] != "test"]
+        for run in ("one", "two")
+    }
+    report = f"one: {losses['one']}\ntwo: {losses['two']}\n{done.stderr[-2000:]}"
+    assert [s for s, _ in losses["two"]] == [s for s, _ in losses["one"]], report
+    assert [v for _, v in losses["two"]] == pytest.approx(
+        [v for _, v in losses["one"]], rel=1e-5
+    ), report
+    assert two["test_accuracy"] == one["test_accuracy"]
+    assert two["test_loss"] == pytest.approx(one["test_loss"], rel=1e-5)
