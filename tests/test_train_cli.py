@@ -4,12 +4,16 @@ embedded default, stop and resume, evaluation again."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from kattn.cli import main
-from kattn.train.tasks import EMBEDDED_LISTOPS
+from kattn.train.config import RunConfig, validate
+from kattn.train.tasks import EMBEDDED_LISTOPS, TASK_LENGTHS, build_model
 
 from .test_train_loop import listops_dir  # noqa: F401  (the fixture)
 
@@ -86,3 +90,27 @@ def test_embedded_default_generates_and_caches_listops(tmp_path, monkeypatch, ca
     results = json.loads((Path(out) / "results.json").read_text())
     assert results["data"]["embedded"] == EMBEDDED_LISTOPS
     assert results["test_examples"] == EMBEDDED_LISTOPS["num_test"]
+
+
+def test_the_commands_of_reproducing_lra_resolve_and_build(capsys):
+    """Every ``kattn train`` line of docs/reproducing-lra.md gives a valid config whose model
+    (full size, with the mechanism options of the line) builds."""
+    doc = Path(__file__).resolve().parents[1] / "docs" / "reproducing-lra.md"
+    blocks = re.findall(r"```bash\n(.*?)```", doc.read_text(), flags=re.S)
+    lines = [shlex.split(line, comments=True) for b in blocks for line in b.splitlines()]
+    commands = [w[w.index("train") + 1 :] for w in lines if "kattn" in w and "train" in w]
+    assert len(commands) >= 16
+    for argv in commands:
+        config = RunConfig.from_dict(config_of(capsys, *argv))
+        validate(config)
+        if "--resume" in argv:
+            continue
+        task = config.data.task
+        data = SimpleNamespace(
+            vocab_size=300,
+            max_len=config.data.max_len or TASK_LENGTHS[task],
+            num_classes=10,
+            train=SimpleNamespace(paired=task == "retrieval"),
+        )
+        model = build_model(config, data)  # type: ignore[arg-type]
+        assert sum(p.numel() for p in model.parameters()) > 0, argv

@@ -219,11 +219,12 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                   "optim.schedule": "cosine", "optim.weight_decay": 0.0, "train.steps": 35200,
                   "train.eval_every": 176, "train.batch_size": 256, "data.max_len": 1024},
     },
-    # Minutes on a CPU: the Skyformer model with a larger learning rate and few steps (the
-    # embedded default of `kattn train --task listops`: short generated expressions).
+    # Minutes on a CPU: the Skyformer model without dropout, a larger learning rate and few
+    # steps (the embedded default of `kattn train --task listops`: short generated expressions).
     "small": {
-        task: {"optim.lr": 1e-3, "optim.warmup_steps": 100, "train.steps": 2000,
-               "train.eval_every": 200, "train.batch_size": 32}
+        task: {"optim.lr": 1e-3, "optim.warmup_steps": 100, "train.steps": 3000,
+               "train.eval_every": 500, "train.batch_size": 64, "model.dropout": 0.0,
+               "model.attention_dropout": 0.0}
         for task in TASKS
     },
 }  # fmt: skip

@@ -41,7 +41,7 @@ TASK_LENGTHS = {"listops": 2000, "text": 4000, "retrieval": 4000, "image": 1024,
 EMBEDDED_LISTOPS: dict[str, int] = {
     "num_train": 20000,
     "num_valid": 1000,
-    "num_test": 1000,
+    "num_test": 2000,
     "min_length": 20,
     "max_length": 100,
     "max_depth": 4,
