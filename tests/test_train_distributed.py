@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from kattn.train.loop import iter_records, train
+from kattn.train.loop import train
+from kattn.train.metrics import iter_records
 
 from .test_train_loop import listops_dir, tiny  # noqa: F401  (the fixture)
 

@@ -12,9 +12,11 @@ import torch
 
 from kattn.data import generate_listops, write_listops
 from kattn.train import apply_overrides, preset
+from kattn.train.batches import BatchOrder
 from kattn.train.checkpoint import LAST, save_checkpoint
 from kattn.train.config import RunConfig
-from kattn.train.loop import BatchOrder, Interrupted, evaluate_run, iter_records, train
+from kattn.train.loop import Interrupted, evaluate_run, train
+from kattn.train.metrics import iter_records
 from kattn.train.schedules import build_optimizer, schedule_factor
 
 from .test_data_loaders import write_aan, write_cifar, write_imdb

@@ -17,7 +17,6 @@ import json
 import resource
 import signal
 import time
-from collections.abc import Iterator
 from contextlib import nullcontext, suppress
 from pathlib import Path
 from types import FrameType
@@ -29,7 +28,8 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .. import __version__
-from ..data import SequenceDataset, TaskData
+from ..data import SequenceDataset
+from .batches import BatchOrder, key_mask, majority_baseline, make_batch
 from .checkpoint import BEST, LAST, load_checkpoint, save_checkpoint, save_json
 from .config import RunConfig, validate
 from .distributed import Processes, init_processes, processes_from_env, resolve_device
@@ -63,30 +63,6 @@ class RunState:
     train_time_s: float = 0.0
     wall_time_s: float = 0.0
     window: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0, 0.0])
-
-
-class BatchOrder:
-    """The training examples of each global batch: one seeded permutation per epoch, read in
-    order, so batch ``s`` is a function of the seed and ``s`` alone."""
-
-    def __init__(self, size: int, batch_size: int, seed: int) -> None:
-        self.size, self.batch_size, self.seed = size, batch_size, seed
-        self._epochs: dict[int, Tensor] = {}
-
-    def _epoch(self, epoch: int) -> Tensor:
-        if epoch not in self._epochs:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            self._epochs = {k: v for k, v in self._epochs.items() if k >= epoch - 1}
-            self._epochs[epoch] = torch.randperm(self.size, generator=generator)
-        return self._epochs[epoch]
-
-    def __call__(self, step: int) -> Tensor:
-        start = step * self.batch_size
-        positions = torch.arange(start, start + self.batch_size)
-        epochs = positions // self.size
-        return torch.cat(
-            [self._epoch(int(e))[positions[epochs == e] % self.size] for e in epochs.unique()]
-        )
 
 
 def train(
@@ -200,7 +176,7 @@ class _Run:
             last = i == len(chunks) - 1
             sync = nullcontext() if last or not procs.distributed else self.net.no_sync()  # type: ignore[operator]
             with sync, self._autocast():
-                batch = _batch(self.data.train, index, self.device)
+                batch = make_batch(self.data.train, index, self.device)
                 logits = self._forward(batch)
                 loss = F.cross_entropy(logits.float(), batch["labels"])
                 total = loss + self.model.regularization_loss()  # type: ignore[operator]
@@ -226,10 +202,10 @@ class _Run:
 
     def _forward(self, batch: dict[str, Tensor], net: nn.Module | None = None) -> Tensor:
         pad = self.config.data.pad_id_mask
-        mask = _mask(batch["tokens"], batch["lengths"], pad)
+        mask = key_mask(batch["tokens"], batch["lengths"], pad)
         net = net or self.net
         if "tokens2" in batch:
-            mask2 = _mask(batch["tokens2"], batch["lengths2"], pad)
+            mask2 = key_mask(batch["tokens2"], batch["lengths2"], pad)
             return net(batch["tokens"], batch["tokens2"], mask, mask2)
         return net(batch["tokens"], mask)
 
@@ -252,7 +228,7 @@ class _Run:
         totals = [0.0, 0.0, 0.0]
         with torch.no_grad(), self._autocast():
             for chunk in index.split(self.micro):
-                batch = _batch(split, chunk, self.device)
+                batch = make_batch(split, chunk, self.device)
                 logits = self._forward(batch, self.model).float()
                 totals[0] += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
                 totals[1] += (logits.argmax(-1) == batch["labels"]).sum().item()
@@ -395,28 +371,6 @@ class _Run:
         }
 
 
-def majority_baseline(data: TaskData) -> float:
-    """Test accuracy of always answering the most frequent training label."""
-    majority = int(torch.bincount(data.train.labels).argmax())
-    return float((data.test.labels == majority).double().mean())
-
-
-def _batch(split: SequenceDataset, index: Tensor, device: torch.device) -> dict[str, Tensor]:
-    batch = {
-        "tokens": split.tokens[index].long(),
-        "lengths": split.lengths[index],
-        "labels": split.labels[index],
-    }
-    if split.tokens2 is not None and split.lengths2 is not None:
-        batch["tokens2"], batch["lengths2"] = split.tokens2[index].long(), split.lengths2[index]
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-
-
-def _mask(tokens: Tensor, lengths: Tensor, pad_id_mask: bool) -> Tensor | None:
-    mask = SequenceDataset.padding_mask(tokens, lengths, pad_id_mask=pad_id_mask)
-    return mask if bool(mask.any()) else None
-
-
 def evaluate_run(
     run_dir: str | Path, split: str = "test", *, checkpoint: str = "best", device: str = "auto"
 ) -> dict[str, Any]:
@@ -437,11 +391,3 @@ def evaluate_run(
     step = saved["step"] if checkpoint == "best" else saved["state"]["step"]
     metrics = runner.evaluate(getattr(runner.data, split))
     return {"run": str(run), "split": split, "checkpoint": checkpoint, "step": step, **metrics}
-
-
-def iter_records(run_dir: str | Path) -> Iterator[dict[str, Any]]:
-    """The records of a run's ``metrics.jsonl``."""
-    with (Path(run_dir) / METRICS).open() as file:
-        for line in file:
-            if line.strip():
-                yield json.loads(line)

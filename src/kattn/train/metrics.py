@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +123,11 @@ def _summary_writer(folder: Path) -> Any:
     except ImportError:  # tensorboard is not installed
         return None
     return SummaryWriter(str(folder))
+
+
+def iter_records(run_dir: str | Path) -> Iterator[dict[str, Any]]:
+    """The records of a run's ``metrics.jsonl``."""
+    with (Path(run_dir) / METRICS).open() as file:
+        for line in file:
+            if line.strip():
+                yield json.loads(line)
