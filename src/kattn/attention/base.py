@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -19,8 +20,9 @@ class Attention(nn.Module):
     ``forward(q, k, v, causal=False, key_padding_mask=None)`` takes already projected heads,
     q ``(B, H, Lq, D)``, k ``(B, H, Lk, D)``, v ``(B, H, Lk, Dv)``, and returns
     ``(B, H, Lq, Dv)`` in the input dtype. ``key_padding_mask`` is ``(B, Lk)`` bool with True
-    marking padding. Subclasses implement ``_attend`` (and ``_step`` when recurrent); the base
-    class validates inputs and refuses what the capability flags rule out.
+    marking padding. Subclasses implement ``_attend`` (and ``_step`` when recurrent) and
+    ``_reference``, the dense form behind :meth:`reference`; the base class validates inputs
+    and refuses what the capability flags rule out.
     """
 
     supports_causal: bool = True
@@ -80,6 +82,38 @@ class Attention(nn.Module):
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
         raise NotImplementedError
+
+    def reference(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        """The output of :meth:`forward` by the slow, explicit O(Lq·Lk) path, for checking the
+        fast one: dense matrices, explicit masks and normalisers, the parameters, random
+        features and landmarks the module holds now.
+
+        Inputs are validated as by :meth:`forward`. The result is the evaluation-mode output
+        (no dropout, no sampling noise, no feature redraw, nothing recorded): the module's
+        training flags are switched off while it runs and restored afterwards, so calling it
+        changes no state. Gradients flow to q, k, v and the parameters. Shapes as in the class
+        docstring; memory grows with Lq·Lk, so keep lengths moderate.
+        """
+        self.check_inputs(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+        with _evaluation_mode(self):
+            return self._reference(q, k, v, causal=causal, key_padding_mask=key_padding_mask)
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        raise NotImplementedError(
+            f"{type(self).__name__} has no dense reference: implement "
+            "_reference(q, k, v, *, causal, key_padding_mask) with the explicit O(Lq·Lk) form "
+            "of its _attend"
+        )
 
     def regularization_loss(self) -> Tensor:
         """Penalty the training loop adds to the loss (0 for mechanisms without one)."""
@@ -228,6 +262,18 @@ class Attention(nn.Module):
     def _why_not(self, capability: str) -> str:
         """An optional ': reason' suffix for refusal messages (subclasses override)."""
         return ""
+
+
+@contextmanager
+def _evaluation_mode(module: nn.Module) -> Iterator[None]:
+    """Run with every submodule in ``eval()``; each one's own flag is restored afterwards."""
+    modes = [(m, m.training) for m in module.modules()]
+    module.train(False)
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 def _shape(x: Tensor) -> tuple[int, ...]:

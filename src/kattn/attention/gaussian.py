@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..functional.gaussian import gaussian_attention
+from ..functional.gaussian import gaussian_attention, gaussian_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
 
@@ -45,6 +45,13 @@ class GaussianAttention(Attention):
             causal=causal,
             key_padding_mask=key_padding_mask,
             dropout_p=self.dropout_p,
+        )
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        return gaussian_attention_reference(
+            q, k, v, causal=causal, key_padding_mask=key_padding_mask
         )
 
     def extra_repr(self) -> str:

@@ -18,7 +18,7 @@ from .. import features as feature_maps
 from .. import functional as lin
 from .. import positional
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
-from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off
+from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
 from ..registry import keyword_parameters, register_mechanism
 from .base import Attention
 
@@ -182,6 +182,44 @@ class KernelizedAttention(Attention):
             key_padding_mask=key_padding_mask,
             chunk_size=self.chunk_size,
             block_size=self.block_size,
+            eps=self.eps,
+        )
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        """``(W ⊙ φ̃(Q)φ̃(K)ᵀ) V`` normalised row-wise, with φ̃ the bounded feature values
+        (``φ(k_j) = φ̃(k_j) exp(s_j)``, s the key log-scales) and the dense ``(Lq, Lk)`` weights
+        ``W_ij = c_{j−i} exp(s_j − m_i)`` (c the encoding's coefficients, 1 without one; m_i
+        the largest ``log c_{j−i} + s_j`` over the keys query i sees).
+
+        The shift m_i cancels in the ratio and keeps every weight at most 1 whatever the
+        norms; it also puts ``eps`` in the units the fast paths use (largest query feature
+        and largest visible key weight 1), so the guard bites on the same rows. Rows that
+        see no key give 0. The FFT path clamps outputs of positive maps to the values' range;
+        the exact ratio is a convex combination already, so nothing is clamped here."""
+        fq = self.features(q).values  # the query's own log-scale cancels in the ratio
+        fk = self.features(k)
+        lq, lk = q.shape[2], k.shape[2]
+        acc = fk.values.dtype
+        log_w = torch.zeros(1, 1, lq, lk, device=q.device, dtype=acc)
+        if self.rpe is not None:
+            log_w = log_w + self.rpe.dense_log(lq, lk).to(acc)  # (H, Lq, Lk)
+        if fk.log_scale is not None:
+            log_w = log_w + fk.log_scale[:, :, None, :]  # (B, H, Lq, Lk)
+        allowed = lin.allowed_keys(
+            lq, lk, causal=causal, key_padding_mask=key_padding_mask, device=q.device
+        )
+        if allowed is not None:
+            log_w = log_w.masked_fill(~allowed, log_floor(acc))
+        weights = torch.exp(log_w - log_w.detach().amax(dim=-1, keepdim=True))
+        return lin.linear_attention_reference(
+            fq,
+            fk.values,
+            v,
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            coeff=weights,
             eps=self.eps,
         )
 

@@ -6,8 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..functional.nystrom import PINV_INITS, nystromformer_attention
-from ..functional.softmax import softmax_attention
+from ..functional.nystrom import (
+    PINV_INITS,
+    nystromformer_attention,
+    nystromformer_attention_reference,
+)
+from ..functional.softmax import softmax_attention, softmax_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
 
@@ -93,10 +97,7 @@ class NystromformerAttention(Attention):
                 init=self.pinv_init,
             )
         if self.conv is not None:
-            if lq != lk:
-                raise ValueError(
-                    f"the convolution skip of Nyströmformer needs Lq == Lk, got {lq} and {lk}"
-                )
+            self._check_conv_lengths(lq, lk)
             values = v
             if key_padding_mask is not None:
                 values = v.masked_fill(key_padding_mask[:, None, :, None], 0.0)
@@ -106,6 +107,45 @@ class NystromformerAttention(Attention):
             )
             out = out + skip
         return out
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        lq, lk = q.shape[2], k.shape[2]
+        if self.conv is not None:
+            self._check_conv_lengths(lq, lk)
+        if max(lq, lk) <= self.num_landmarks:  # every token is its own landmark: exact
+            out = softmax_attention_reference(q, k, v, key_padding_mask=key_padding_mask)
+        else:  # the three kernels as explicit matrices, the pseudo-inverse formed
+            out = nystromformer_attention_reference(
+                q,
+                k,
+                v,
+                self.num_landmarks,
+                key_padding_mask=key_padding_mask,
+                iterations=self.pinv_iterations,
+                init=self.pinv_init,
+            )
+        if self.conv is None:
+            return out
+        # the depthwise convolution as a banded (L, L) matrix per head:
+        # skip_i = Σ_j w[j − i + size//2] v_j over the offsets the filter covers
+        size = self.conv.shape[2]
+        positions = torch.arange(lk, device=v.device)
+        tap = positions[None, :] - positions[:, None] + size // 2  # (L, L)
+        inside = (tap >= 0) & (tap < size)
+        weights = self.conv[:, 0, :, 0].to(v.dtype)  # (H, size)
+        band = weights[:, tap.clamp(0, size - 1)] * inside  # (H, L, L)
+        values = v
+        if key_padding_mask is not None:
+            values = v.masked_fill(key_padding_mask[:, None, :, None], 0.0)
+        return out + torch.einsum("hij,bhjd->bhid", band, values)
+
+    def _check_conv_lengths(self, lq: int, lk: int) -> None:
+        if lq != lk:
+            raise ValueError(
+                f"the convolution skip of Nyströmformer needs Lq == Lk, got {lq} and {lk}"
+            )
 
     def extra_repr(self) -> str:
         return (

@@ -11,6 +11,7 @@ from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.simpletron import (
     SimpletronState,
     simpletron_attention,
+    simpletron_attention_reference,
     simpletron_init_state,
     simpletron_step,
 )
@@ -65,6 +66,13 @@ class SimpletronAttention(Attention):
             key_padding_mask=key_padding_mask,
             chunk_size=self.chunk_size,
             block_size=self.block_size,
+        )
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        return simpletron_attention_reference(
+            q, k, v, causal=causal, key_padding_mask=key_padding_mask
         )
 
     def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> SimpletronState:

@@ -7,7 +7,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..functional.numerics import accumulation_dtype
 from ..functional.nystrom import PINV_INITS, skyformer_attention
+from ..functional.pinv import iterative_pinv
 from ..registry import register_mechanism
 from .base import Attention
 
@@ -30,6 +32,12 @@ def _uniform_rows(
     r = (u * n_ok).long().minimum(n_ok - 1)  # the r-th allowed row (0-based)
     cum = torch.where(allowed.any(dim=1, keepdim=True), allowed, True).long().cumsum(dim=1)
     return torch.searchsorted(cum, r + 1)
+
+
+def _gaussian_matrix(x: Tensor, y: Tensor) -> Tensor:
+    """``exp(−‖x_i − y_j‖² / 2√D)``, ``(..., Lx, Ly)``: the kernel κ(x/D^¼, y/D^¼)."""
+    dist2 = x.square().sum(-1)[..., :, None] + y.square().sum(-1)[..., None, :] - 2 * x @ y.mT
+    return torch.exp(-0.5 * x.shape[-1] ** -0.5 * dist2.clamp_min(0.0))
 
 
 class SkyformerAttention(Attention):
@@ -141,6 +149,41 @@ class SkyformerAttention(Attention):
             iterations=self.pinv_iterations,
             init=self.pinv_init,
         )
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        """``C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V`` with the three kernels as explicit
+        matrices from squared distances, the landmarks of :meth:`landmarks`, and the inverse
+        formed as a matrix: ``D^{-½} pinv(D^{-½}(C̄_{S,S} + γI)D^{-½}) D^{-½}`` by the same
+        hyper-power iteration that defines the forward's output (D the row sums; Skyformer's
+        preconditioning), or ``torch.linalg.inv`` when ``pinv_iterations`` is None."""
+        acc = accumulation_dtype(v.dtype)
+        b, h, lq, d = q.shape
+        xq, xk, vv = q.to(acc), k.to(acc), v.to(acc)
+        index, ok = self.landmarks(b, lq, k.shape[2], key_padding_mask, q.device)
+        if key_padding_mask is not None:
+            pad = key_padding_mask[:, None, :, None]
+            xk, vv = xk.masked_fill(pad, 0.0), vv.masked_fill(pad, 0.0)
+            if lq == k.shape[2]:  # self-attention: padded positions are padded queries too
+                xq = xq.masked_fill(pad, 0.0)
+        x = torch.cat([xq, xk], dim=2)  # [Q; K], (B, H, Lq+Lk, D)
+        xs = x.gather(2, index[:, None, :, None].expand(b, h, -1, d))  # (B, H, S, D)
+        keep = ok[:, None, :, None].to(acc)  # (B, 1, S, 1): landmarks that count
+        c_qs = _gaussian_matrix(xq, xs) * keep.transpose(-1, -2)  # (B, H, Lq, S)
+        c_sk = _gaussian_matrix(xs, xk) * keep  # (B, H, S, Lk)
+        eye = torch.eye(xs.shape[2], device=xs.device, dtype=acc)
+        # ignored landmarks get an identity block that touches nothing else
+        core = _gaussian_matrix(xs, xs) * keep * keep.transpose(-1, -2) + eye * (1 - keep)
+        core = core + self.gamma * eye  # (B, H, S, S)
+        if self.pinv_iterations is None:
+            inverse = torch.linalg.inv(core)
+        else:
+            d_half = core.sum(dim=-1, keepdim=True).rsqrt()  # (B, H, S, 1)
+            pre = d_half * core * d_half.transpose(-1, -2)
+            inverse = d_half * iterative_pinv(pre, self.pinv_iterations, init=self.pinv_init)
+            inverse = inverse * d_half.transpose(-1, -2)
+        return (c_qs @ inverse @ c_sk @ vv).to(v.dtype)
 
     def extra_repr(self) -> str:
         return (

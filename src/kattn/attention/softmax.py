@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..functional.softmax import softmax_attention
+from ..functional.softmax import softmax_attention, softmax_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
 
@@ -70,6 +70,13 @@ class SoftmaxAttention(Attention):
             key_padding_mask=key_padding_mask,
             scale=self.scale,
             dropout_p=self.dropout_p,
+        )
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        return softmax_attention_reference(
+            q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=self.scale
         )
 
     def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> KVCache:

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -16,6 +20,13 @@ from .approx import (
     rows_to_csv,
     rows_to_markdown,
 )
+from .kernel_error import KERNEL_VARIANTS, kernel_markdown, kernel_study, plot_kernel
+from .mechanism_error import (
+    approximate_mechanisms,
+    mechanism_markdown,
+    mechanism_study,
+    plot_mechanisms,
+)
 from .spectral import (
     BERT_INIT_STD,
     SPECTRAL_PAIRS,
@@ -23,6 +34,7 @@ from .spectral import (
     spectral_markdown,
     spectral_study,
 )
+from .speed_command import add_speed_parser
 from .stability import (
     LEARNING_RATE,
     TABLE3_MECHANISMS,
@@ -32,7 +44,18 @@ from .stability import (
 )
 from .timing import machine_info
 
-EXPERIMENTS = ("norm-sweep", "spectral")
+EXPERIMENTS = ("norm-sweep", "spectral", "kernel", "mechanisms")
+#: the experiments each option of ``kattn bench approx`` applies to (given elsewhere: an error)
+_APPLIES = {
+    "features": ("norm-sweep", "spectral", "kernel"),
+    "radii": ("norm-sweep",),
+    "keys": ("norm-sweep", "kernel"),
+    "variants": ("norm-sweep", "kernel"),
+    "lengths": ("spectral", "mechanisms"),
+    "heads": ("spectral", "mechanisms"),
+    "input_std": ("spectral", "kernel", "mechanisms"),
+    "mechanisms": ("spectral", "mechanisms"),
+}
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -46,15 +69,20 @@ def _floats(text: str) -> tuple[float, ...]:
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks and approximation studies")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
+    add_speed_parser(kinds)
     p = kinds.add_parser(
         "approx",
-        help="approximation studies (norm-sweep: seed 000 Fig. 1b; spectral: seed 003 Fig. 1)",
+        help="approximation studies (norm-sweep: seed 000 Fig. 1b; spectral: seed 003 Fig. 1; "
+        "kernel: feature maps vs exact kernels; mechanisms: vs exact counterparts)",
         description="norm-sweep: ‖A − Â‖₁ of one softmax attention row against its "
         "random-feature estimate, for q and k on the unit sphere scaled by R, as the number "
         "of features M grows (PRF, TRF and normalised PRF). spectral: relative spectral-norm "
         "error of the outputs of Skyformer (vs exact Gaussian-kernel attention), "
         "Nyströmformer, Performer and Linformer (vs softmax) as the number of landmarks / "
-        "features / projected length grows. Each writes CSV, markdown and PNG.",
+        "features / projected length grows. kernel: MSE of φ(Q)φ(K)ᵀ against the exact "
+        "kernel of each random-feature map as M grows. mechanisms: relative Frobenius error of "
+        "every approximate mechanism against its exact counterpart (skyformer: gaussian; most "
+        "others: softmax) as L grows. Each writes CSV, JSON, markdown and PNG.",
     )
     p.add_argument("--experiment", choices=EXPERIMENTS, default="norm-sweep")
     p.add_argument("--out", type=Path, default=Path("runs/bench/approx"))
@@ -62,27 +90,44 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "--features",
         type=_ints,
         default=None,
-        help="norm-sweep default 4,16,64,256,1024; spectral 16,32,64,128,256",
+        help="norm-sweep default 4,16,64,256,1024; spectral 16,32,64,128,256; "
+        "kernel 16,32,64,128,256,512",
     )
     p.add_argument("--dim", type=int, default=64, help="head dimension")
-    p.add_argument("--seeds", type=int, default=None, help="default 10 (norm-sweep), 5 (spectral)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="default 10 (norm-sweep, kernel), 5 (spectral), 2 (mechanisms)",
+    )
     p.add_argument("--radii", type=_floats, default=None, help="norm-sweep: default 1,2,3,4,5")
-    p.add_argument("--keys", type=int, default=1024, help="norm-sweep: number of keys")
+    p.add_argument(
+        "--keys",
+        type=int,
+        default=None,
+        help="norm-sweep: number of keys (1024); kernel: queries and keys (256)",
+    )
     p.add_argument(
         "--variants",
-        default=",".join(v[0] for v in NORM_SWEEP_VARIANTS),
-        help="norm-sweep: comma-separated subset of "
-        + ", ".join(v[0] for v in NORM_SWEEP_VARIANTS),
+        default=None,
+        help="comma-separated subset (default: all) of, norm-sweep: "
+        + ", ".join(v[0] for v in NORM_SWEEP_VARIANTS)
+        + "; kernel: "
+        + ", ".join(v.label for v in KERNEL_VARIANTS),
     )
-    p.add_argument("--lengths", type=_ints, default=None, help="spectral: default 256,512,1024")
-    p.add_argument("--heads", type=int, default=4, help="spectral: heads (independent samples)")
-    p.add_argument("--input-std", type=float, default=BERT_INIT_STD,
-                   help="spectral: std of the q, k, v entries (default: BERT-base at "
-                   "initialisation, 0.02·√768)")  # fmt: skip
+    p.add_argument("--lengths", type=_ints, default=None,
+                   help="spectral: default 256,512,1024; mechanisms: 256,1024")  # fmt: skip
+    p.add_argument("--heads", type=int, default=None,
+                   help="spectral, mechanisms: heads, independent samples (default 4)")  # fmt: skip
+    p.add_argument("--input-std", type=float, default=None,
+                   help="spectral, kernel, mechanisms: std of the q, k (spectral: and v) entries "
+                   "(default: BERT-base at initialisation, 0.02·√768 ≈ 0.55)")  # fmt: skip
     p.add_argument(
         "--mechanisms",
-        default=",".join(pair[0] for pair in SPECTRAL_PAIRS),
-        help="spectral: comma-separated subset of " + ", ".join(x[0] for x in SPECTRAL_PAIRS),
+        default=None,
+        help="comma-separated subset (default: all) of, spectral: "
+        + ", ".join(x[0] for x in SPECTRAL_PAIRS)
+        + "; mechanisms: the approximate registered mechanisms",
     )
     p.add_argument("--quick", action="store_true", help="a small version of the experiment")
     p.set_defaults(func=cmd_bench_approx)
@@ -114,9 +159,18 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_bench_approx(args: argparse.Namespace) -> int:
-    if args.experiment == "spectral":
-        return _spectral(args)
-    return _norm_sweep(args)
+    for option, experiments in _APPLIES.items():
+        if getattr(args, option) is not None and args.experiment not in experiments:
+            raise ValueError(
+                f"--{option.replace('_', '-')} applies to --experiment "
+                f"{' or '.join(experiments)}, not {args.experiment}"
+            )
+    if args.input_std is None:
+        args.input_std = BERT_INIT_STD
+    elif not (math.isfinite(args.input_std) and args.input_std > 0):
+        raise ValueError(f"--input-std must be a positive number, got {args.input_std}")
+    run = {"spectral": _spectral, "kernel": _kernel, "mechanisms": _mechanisms}
+    return run.get(args.experiment, _norm_sweep)(args)
 
 
 def cmd_bench_stability(args: argparse.Namespace) -> int:
@@ -170,8 +224,10 @@ def _subset(text: str, known: list[str], what: str) -> list[str]:
 
 
 def _spectral(args: argparse.Namespace) -> int:
-    names = _subset(args.mechanisms, [p[0] for p in SPECTRAL_PAIRS], "mechanism(s)")
-    _resolve(args, {"seeds": (2, 5), "features": ((16, 64), (16, 32, 64, 128, 256)),
+    known = [p[0] for p in SPECTRAL_PAIRS]
+    names = _subset(args.mechanisms or ",".join(known), known, "mechanism(s)")
+    _resolve(args, {"heads": (4, 4), "seeds": (2, 5),
+                    "features": ((16, 64), (16, 32, 64, 128, 256)),
                     "lengths": ((128, 256), (256, 512, 1024))})  # fmt: skip
     rows = spectral_study(
         lengths=args.lengths,
@@ -195,20 +251,34 @@ def _spectral(args: argparse.Namespace) -> int:
 
 
 def _write(out: Path, stem: str, rows: list, markdown: str, plot, caption: str) -> int:  # type: ignore[no-untyped-def]
+    """``<stem>.csv``, ``.json`` (benchmark, machine, caption, rows), ``.md`` and ``.png``."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.csv").write_text(rows_to_csv(rows))
+    report = {
+        "benchmark": stem,
+        "machine": machine_info(),
+        "caption": caption,
+        "rows": [{k: _json_value(v) for k, v in asdict(r).items()} for r in rows],
+    }
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     (out / f"{stem}.md").write_text(markdown)
     png = plot(rows, out / f"{stem}.png", caption)
     print(markdown)
-    written = [f"{stem}.csv", f"{stem}.md"] + ([f"{stem}.png"] if png else [])
+    written = [f"{stem}.csv", f"{stem}.json", f"{stem}.md"] + ([f"{stem}.png"] if png else [])
     print(f"written to {out}: {', '.join(written)}")
     return 0
 
 
+def _json_value(value: Any) -> Any:
+    """``value`` with non-finite floats as None (strict JSON has no NaN or infinity)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def _norm_sweep(args: argparse.Namespace) -> int:
     known = {v[0]: v for v in NORM_SWEEP_VARIANTS}
-    chosen = _subset(args.variants, list(known), "variant(s)")
-    _resolve(args, {"seeds": (2, 10), "features": ((4, 16, 64, 256), (4, 16, 64, 256, 1024)),
+    chosen = _subset(args.variants or ",".join(known), list(known), "variant(s)")
+    _resolve(args, {"keys": (1024, 1024), "seeds": (2, 10),
+                    "features": ((4, 16, 64, 256), (4, 16, 64, 256, 1024)),
                     "radii": ((1, 3, 5), (1, 2, 3, 4, 5))})  # fmt: skip
     rows = []
     for name in chosen:
@@ -229,3 +299,55 @@ def _norm_sweep(args: argparse.Namespace) -> int:
     )
     markdown = f"# Norm sweep (seed 000 §3.3, Fig. 1b)\n\n{caption}.\n\n{rows_to_markdown(rows)}"
     return _write(args.out, "norm-sweep", rows, markdown, plot_norm_sweep, caption)
+
+
+def _kernel(args: argparse.Namespace) -> int:
+    known = {v.label: v for v in KERNEL_VARIANTS}
+    chosen = _subset(args.variants or ",".join(known), list(known), "kernel variant(s)")
+    _resolve(args, {"seeds": (2, 10), "keys": (64, 256),
+                    "features": ((16, 64, 256), (16, 32, 64, 128, 256, 512))})  # fmt: skip
+    rows = kernel_study(
+        features=args.features,
+        dim=args.dim,
+        keys=args.keys,
+        seeds=args.seeds,
+        input_std=args.input_std,
+        variants=tuple(known[name] for name in chosen),
+        progress=lambda text: print(f"kernel: {text}", file=sys.stderr, flush=True),
+    )
+    info = machine_info()
+    caption = (
+        f"D={args.dim}, {args.keys} queries × {args.keys} keys with N(0, {args.input_std:.3g}²) "
+        f"entries, kernels at the softmax scale q·k/√D; mean over {args.seeds} seeds (bars: "
+        f"standard error), a fresh draw of inputs and features per seed. "
+        f"kattn {info['kattn']}, torch {torch.__version__}"
+    )
+    title = "# Random-feature maps against their exact kernels"
+    markdown = f"{title}\n\n{caption}.\n\n{kernel_markdown(rows)}"
+    return _write(args.out, "kernel", rows, markdown, plot_kernel, caption)
+
+
+def _mechanisms(args: argparse.Namespace) -> int:
+    known = approximate_mechanisms()
+    names = _subset(args.mechanisms or ",".join(known), known,
+                    "approximate mechanism(s) (exact ones are the references)")  # fmt: skip
+    _resolve(args, {"seeds": (1, 2), "heads": (2, 4), "lengths": ((192, 384), (256, 1024))})
+    rows = mechanism_study(
+        names,
+        lengths=args.lengths,
+        head_dim=args.dim,
+        heads=args.heads,
+        seeds=args.seeds,
+        input_std=args.input_std,
+        progress=lambda text: print(f"mechanisms: {text}", file=sys.stderr, flush=True),
+    )
+    info = machine_info()
+    caption = (
+        f"D=Dv={args.dim}, q, k entries N(0, {args.input_std:.3g}²), v N(0, 1); registered "
+        f"defaults, eval(); mean over {args.heads} heads × {args.seeds} seeds (bars: standard "
+        f"error). Dashed: no exact counterpart, compared with softmax for information. "
+        f"kattn {info['kattn']}, torch {torch.__version__}"
+    )
+    title = "# Approximate mechanisms against their exact counterparts"
+    markdown = f"{title}\n\n{caption}.\n\n{mechanism_markdown(rows)}"
+    return _write(args.out, "mechanisms", rows, markdown, plot_mechanisms, caption)

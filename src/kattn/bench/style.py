@@ -19,6 +19,22 @@ MECHANISM_COLORS = {
     "skyformer": "#d62728",
     "nystromformer": "#ff7f0e",
     "linformer": "#9467bd",
+    "simpletron": "#e377c2",
+    # learned kernels (tab20b hues): one hue per family, light for RKS, dark for PRF
+    "gmm_prf": "#393b79",
+    "gmm_rks": "#9c9ede",
+    "fastfood_prf": "#637939",
+    "fastfood_rks": "#b5cf6b",
+    "generative_prf": "#8c6d31",
+    "generative_rks": "#e7ba52",
+    # feed-forward kernels (tab20b / tab20c hues)
+    "ffk_linear": "#843c39",
+    "ffk_fcnn": "#ad494a",
+    "ffk_glu": "#d6616b",
+    "ffk_oglu": "#e7969c",
+    "ffk_aoglu": "#7b4173",
+    "ffk_ae": "#a55194",
+    "ffk_vae": "#ce6dbd",
 }
 _FALLBACK = ("#bcbd22", "#e377c2", "#c49c94", "#f7b6d2", "#c5b0d5", "#dbdb8d", "#ff9896")
 

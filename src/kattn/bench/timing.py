@@ -75,6 +75,8 @@ def peak_memory_bytes(fn: Callable[[], Any], *, device: torch.device | str = "cp
 def _cpu_peak_bytes(fn: Callable[[], Any]) -> int:
     # The profiler records every allocation with the running total of bytes allocated since
     # it started; the largest total is the peak.
+    # kineto prints a line at every profiler start and stop unless told otherwise
+    os.environ.setdefault("KINETO_LOG_LEVEL", "99")
     from torch._C._profiler import _EventType
     from torch.profiler import ProfilerActivity, profile
 
@@ -134,16 +136,21 @@ def interleaved_rounds(
     rounds: int = 7,
     seconds: float = 0.5,
     log: Callable[[str], None] | None = print,
+    device: torch.device | str = "cpu",
 ) -> Rounds:
     """Time every candidate in ``rounds`` interleaved rounds (each warmed up, then about
     ``seconds`` of calls, at least 3); report the median of the round medians. Interleaving
     spreads the noise of a shared machine evenly over the candidates."""
-    single = {name: measure_time(fn, repeats=1, warmup=1).median for name, fn in fns.items()}
+    single = {
+        name: measure_time(fn, repeats=1, warmup=1, device=device).median
+        for name, fn in fns.items()
+    }
     repeats = {name: max(3, min(50, round(seconds / max(s, 1e-9)))) for name, s in single.items()}
     per_round: dict[str, list[float]] = {name: [] for name in fns}
     for r in range(rounds):
         for name, fn in fns.items():
-            per_round[name].append(measure_time(fn, repeats=repeats[name], warmup=1).median)
+            timing = measure_time(fn, repeats=repeats[name], warmup=1, device=device)
+            per_round[name].append(timing.median)
         if log is not None:
             log(
                 f"round {r + 1}/{rounds}: "
@@ -154,9 +161,10 @@ def interleaved_rounds(
 
 
 def results_stem(benchmark: str, info: dict[str, Any], device: str = "cpu") -> str:
-    """File stem of a benchmark's results: ``<benchmark>-<device>-<processor>-torch<version>-
-    kattn<version>`` (lower-case, dashes)."""
-    slug = re.sub(r"[^a-z0-9]+", "-", str(info["processor"]).lower()).strip("-")
+    """File stem of a benchmark's results: ``<benchmark>-<device>-<processor or GPU>-
+    torch<version>-kattn<version>`` (lower-case, dashes)."""
+    hardware = info.get("gpu") if device.startswith("cuda") else None
+    slug = re.sub(r"[^a-z0-9]+", "-", str(hardware or info["processor"]).lower()).strip("-")
     torch_version = str(info["torch"]).split("+")[0]
     return f"{benchmark}-{device}-{slug}-torch{torch_version}-kattn{info['kattn']}"
 

@@ -1,0 +1,243 @@
+"""``kattn demo``: the embedded default main job, a measured comparison of the mechanisms.
+
+On this machine, with nothing to download: speed and peak memory of every registered
+mechanism against softmax at a few lengths, the approximation error of every approximate
+mechanism against its exact counterpart, and a short ListOps training run of a handful of
+mechanisms on generated data. Everything lands in one folder with ``report.md`` on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..registry import available, spec
+from .report import build_report
+from .speed import SpeedConfig, SpeedRow, crossovers, measure_speed
+from .speed_command import write_speed
+from .timing import machine_info
+
+#: trained by the demo: exact softmax, FAVOR+, the RPE paper's NPRF, Skyformer, a learned kernel
+TRAINED = ("softmax", "performer", "nprf_rpe", "skyformer", "gmm_prf")
+#: the approximation size of every trained mechanism (features or landmarks): short sequences
+TRAIN_SIZE = 64
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """How much the demo measures; :data:`FULL` takes about 10 minutes on 2 CPU cores."""
+
+    lengths: tuple[int, ...]
+    rounds: int
+    seconds: float
+    error_lengths: tuple[int, ...]
+    error_seeds: int
+    train_steps: int
+    eval_every: int
+    train_examples: tuple[int, int, int] | None  # None: the embedded ListOps set
+
+    def describe(self) -> str:
+        data = (
+            "the embedded ListOps set"
+            if self.train_examples is None
+            else f"a {'/'.join(map(str, self.train_examples))} generated ListOps set"
+        )
+        return (
+            f"speed at L={', '.join(map(str, self.lengths))}; error at "
+            f"L={', '.join(map(str, self.error_lengths))}; {self.train_steps} training steps "
+            f"on {data}"
+        )
+
+
+FULL = DemoPlan(lengths=(256, 1024, 4096), rounds=5, seconds=0.2, error_lengths=(1024,),
+                error_seeds=3, train_steps=1000, eval_every=250, train_examples=None)  # fmt: skip
+QUICK = DemoPlan(lengths=(64, 128), rounds=1, seconds=0.01, error_lengths=(128,),
+                 error_seeds=1, train_steps=16, eval_every=8,
+                 train_examples=(512, 64, 64))  # fmt: skip
+
+
+def _say(text: str) -> None:
+    print(f"demo: {text}", file=sys.stderr, flush=True)
+
+
+def run_speed(out: Path, plan: DemoPlan, heads: int, log: Callable[[str], None]) -> list[SpeedRow]:
+    config = SpeedConfig(lengths=plan.lengths, heads=heads, rounds=plan.rounds,
+                         seconds=plan.seconds, check_max_length=1024)  # fmt: skip
+    rows = measure_speed(config, progress=log)
+    write_speed(out, config, rows, machine_info())
+    return rows
+
+
+def run_errors(out: Path, plan: DemoPlan, heads: int) -> dict[str, tuple[float, bool]]:
+    """Relative error of every approximate mechanism against its exact counterpart (the
+    ``kattn bench approx --experiment mechanisms`` study) at the plan's longest error length:
+    ``{name: (error, has an exact counterpart)}``."""
+    from ..cli import main
+
+    lengths = ",".join(map(str, plan.error_lengths))
+    argv = ["bench", "approx", "--experiment", "mechanisms", "--lengths", lengths,
+            "--seeds", str(plan.error_seeds), "--heads", str(heads), "--out", str(out)]  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):  # its table is in the report
+        status = main(argv)
+    if status != 0:
+        raise RuntimeError("the approximation-error study failed (see above)")
+    found = json.loads((out / "mechanisms.json").read_text())
+    longest = max(plan.error_lengths)
+    return {
+        r["mechanism"]: (r["rel_error"], r["counterpart"])
+        for r in found["rows"]
+        if r["length"] == longest and not r["causal"]
+    }
+
+
+def _listops(out: Path, plan: DemoPlan) -> str | None:
+    """The data folder of the training runs (None: the embedded set, cached)."""
+    if plan.train_examples is None:
+        return None
+    from ..data import generate_listops, write_listops
+    from ..train.tasks import EMBEDDED_LISTOPS
+
+    folder = out / "listops"
+    if not (folder / "basic_test.tsv").exists():
+        n_train, n_valid, n_test = plan.train_examples
+        shape = {k: v for k, v in EMBEDDED_LISTOPS.items() if not k.startswith("num_")}
+        splits = generate_listops(n_train, n_valid, n_test, **shape)
+        write_listops(folder, splits)
+    return str(folder)
+
+
+def run_training(out: Path, plan: DemoPlan, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """A short ListOps run of each mechanism in ``names`` (the ``small`` preset)."""
+    from ..train.config import apply_overrides, preset
+    from ..train.loop import train
+    from ..train.tasks import EMBEDDED_LISTOPS
+
+    data = _listops(out, plan)
+    results = {}
+    for name in names:
+        config = preset("small", "listops")
+        config.attention.name = name
+        config.data.path = data
+        overrides = [f"train.steps={plan.train_steps}", f"train.eval_every={plan.eval_every}",
+                     f"optim.warmup_steps={max(1, plan.train_steps // 10)}"]  # fmt: skip
+        overrides += [f"attention.options.{key}={TRAIN_SIZE}" for key in _size_keys(name)]
+        if data is not None:  # padded to the longest generated expression, not LRA's 2000
+            overrides.append(f"data.max_len={EMBEDDED_LISTOPS['max_length']}")
+        apply_overrides(config, overrides)
+        _say(f"training {name} for {plan.train_steps} steps")
+        results[name] = train(config, out / name, progress=True)
+    return results
+
+
+def _size_keys(name: str) -> list[str]:
+    from .speed import size_options
+
+    return list(size_options(name, TRAIN_SIZE))
+
+
+def summary_table(
+    speed: list[SpeedRow],
+    errors: dict[str, tuple[float, bool]],
+    trained: dict[str, dict[str, Any]],
+) -> str:
+    """One row per mechanism: error, speed and memory ratios at the longest length, crossover,
+    ListOps accuracy of the trained ones."""
+    longest = max(r.length for r in speed)
+    at = {r.mechanism: r for r in speed if r.length == longest}
+    cross = {c.mechanism: c.describe() for c in crossovers(speed)}
+    head = (
+        f"| mechanism | rel. error vs exact | speed-up vs softmax at L={longest:,} | memory vs "
+        f"softmax at L={longest:,} | faster than softmax from L | ListOps test acc. |"
+    )
+    lines = [head, "|---|---|---|---|---|---|"]
+    for name in [n for n in at if n == "softmax"] + sorted(n for n in at if n != "softmax"):
+        row = at[name]
+        error = "exact" if spec(name).is_exact else _error(errors.get(name))
+        speedup = f"{row.speedup:.2f}×" if row.speedup else row.status.split(":")[0]
+        memory = f"{row.memory_ratio:.2f}×" if row.memory_ratio else "—"
+        result = trained.get(name)
+        accuracy = f"{100 * result['test_accuracy']:.1f}%" if result else ""
+        crossover = "baseline" if name == "softmax" else cross.get(name, "n/a")
+        lines.append(f"| {name} | {error} | {speedup} | {memory} | {crossover} | {accuracy} |")
+    return "\n".join(lines)
+
+
+def _error(found: tuple[float, bool] | None) -> str:
+    if found is None:
+        return "—"
+    error, counterpart = found
+    return f"{error:.3f}" if counterpart else f"({error:.3f} vs softmax)"
+
+
+def run_demo(
+    out: Path,
+    plan: DemoPlan = FULL,
+    *,
+    heads: int = 4,
+    trained: tuple[str, ...] = TRAINED,
+) -> str:
+    """Run the demo into ``out``; returns the summary table (also at the top of report.md)."""
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    _say(f"{len(available())} mechanisms; {plan.describe()}; writing to {out}")
+    speed = run_speed(out / "speed", plan, heads, lambda text: _say(f"speed: {text}"))
+    _say("approximation error against the exact counterparts")
+    errors = run_errors(out / "approx", plan, heads)
+    results = run_training(out / "train", plan, trained)
+    info = machine_info()
+    table = summary_table(speed, errors, results)
+    steps = f"{plan.train_steps} steps"
+    intro = (
+        f"# kattn demo\n\n{plan.describe()}; {time.strftime('%Y-%m-%d')}, "
+        f"{info['processor']} ({info['torch_threads']} threads), kattn {info['kattn']}, "
+        f"torch {info['torch']}; {time.perf_counter() - started:.0f} s in all.\n\n"
+        f"## Summary\n\n{table}\n\nRel. error: ‖out − exact‖/‖exact‖ against the exact counterpart "
+        f"(softmax; the Gaussian kernel for skyformer; in brackets: no exact counterpart, "
+        f"compared with softmax), L={max(plan.error_lengths)}, at initialisation. "
+        f"Speed and memory: forward pass, B=1, H={heads}, D=64, each mechanism's default "
+        f"size. ListOps: the `small` preset, {steps}, {TRAIN_SIZE} features or landmarks."
+    )
+    report = out / "report.md"
+    body = build_report([out / "speed", out / "approx", out / "train"], report)
+    report.write_text(intro + "\n\n" + body.split("\n", 2)[2])
+    _say(f"report: {report}")
+    return table
+
+
+def add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="the main job: speed, memory, error and ListOps accuracy of the mechanisms",
+        description="Measures every registered mechanism on this machine with nothing to "
+        "download (about 10 minutes on 2 CPU cores; --quick: under a minute) and writes "
+        "OUT/report.md with tables and plots.",
+    )
+    p.add_argument("--out", type=Path, default=Path("runs/demo"))
+    p.add_argument("--quick", action="store_true", help="a small version (under a minute)")
+    p.add_argument("--train", default=",".join(TRAINED),
+                   help="comma-separated mechanisms trained on ListOps")  # fmt: skip
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = tuple(x.strip() for x in args.train.split(",") if x.strip())
+    unknown = [n for n in names if n not in available()]
+    if unknown:
+        raise ValueError(f"unknown mechanism(s) {unknown} in --train; see `kattn list`")
+    table = run_demo(args.out, QUICK if args.quick else FULL, trained=names)
+    print(table)
+    print(f"\nfull report: {args.out / 'report.md'}")
+    return 0
