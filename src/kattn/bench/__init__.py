@@ -1,8 +1,9 @@
 """Benchmarks and comparisons: timing, memory, approximation error against exact softmax."""
 
-from .compare import ComparisonRow, compare_mechanisms, format_table
 from .kernel_error import KERNEL_VARIANTS, KernelRow, KernelVariant, kernel_study
 from .mechanism_error import EXACT_COUNTERPARTS, MechanismRow, mechanism_study
+from .report import build_report, collect
+from .speed import Crossover, SpeedConfig, SpeedRow, crossovers, measure_speed
 from .timing import (
     Rounds,
     Timing,
@@ -17,17 +18,21 @@ from .timing import (
 __all__ = [
     "EXACT_COUNTERPARTS",
     "KERNEL_VARIANTS",
-    "ComparisonRow",
+    "Crossover",
     "KernelRow",
     "KernelVariant",
     "MechanismRow",
     "Rounds",
+    "SpeedConfig",
+    "SpeedRow",
     "Timing",
-    "compare_mechanisms",
-    "format_table",
+    "build_report",
+    "collect",
+    "crossovers",
     "interleaved_rounds",
     "kernel_study",
     "machine_info",
+    "measure_speed",
     "measure_time",
     "mechanism_study",
     "peak_memory_bytes",
