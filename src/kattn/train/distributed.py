@@ -62,8 +62,17 @@ def resolve_device(name: str, processes: Processes) -> torch.device:
     return device
 
 
-def init_processes(processes: Processes, device: torch.device) -> None:
-    """Join the process group (once) when the run is distributed."""
+def init_processes(processes: Processes, device: torch.device) -> bool:
+    """Join the process group (once) when the run is distributed; True when this call joined."""
     if processes.distributed and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         dist.init_process_group(backend, rank=processes.rank, world_size=processes.world_size)
+        return True
+    return False
+
+
+def close_processes() -> None:
+    """Leave the process group, so that no communication thread outlives the run (a process
+    that exits with one still running aborts)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()

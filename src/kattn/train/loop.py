@@ -32,7 +32,13 @@ from ..data import SequenceDataset
 from .batches import BatchOrder, key_mask, majority_baseline, make_batch
 from .checkpoint import BEST, LAST, load_checkpoint, save_checkpoint, save_json
 from .config import RunConfig, validate
-from .distributed import Processes, init_processes, processes_from_env, resolve_device
+from .distributed import (
+    Processes,
+    close_processes,
+    init_processes,
+    processes_from_env,
+    resolve_device,
+)
 from .metrics import METRICS, MetricsLog, truncate_metrics
 from .schedules import build_optimizer
 from .tasks import build_model, load_task
@@ -92,8 +98,12 @@ def train(
         raise FileExistsError(f"{run} already holds a run; pass --resume or another --out")
     validate(config)
     device = resolve_device(config.train.device, procs)
-    init_processes(procs, device)
-    return _Run(config, run, procs, device).train(resume, progress, stop_after)
+    joined = init_processes(procs, device)
+    try:
+        return _Run(config, run, procs, device).train(resume, progress, stop_after)
+    finally:
+        if joined:
+            close_processes()
 
 
 class _Run:
