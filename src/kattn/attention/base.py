@@ -151,6 +151,31 @@ class Attention(nn.Module):
             raise ValueError(f"step takes one token: q_t must be (B, H, 1, D), got {_shape(q_t)}")
         return self._step(q_t, k_t, v_t, state)
 
+    def prefill(self, q: Tensor, k: Tensor, v: Tensor, state: Any = None) -> tuple[Tensor, Any]:
+        """Causal attention over L new tokens that follow ``state`` (a fresh state if None),
+        in parallel form: q, k ``(B, H, L, D)``, v ``(B, H, L, Dv)``.
+
+        Returns the output ``(B, H, L, Dv)`` (equal to the causal forward when ``state`` is
+        fresh) and the state after the L tokens, from which :meth:`step` continues. This is how
+        a prompt is read before decoding: O(L) chunkwise work, not L separate steps.
+        """
+        self._require_recurrent()
+        self.check_inputs(q, k, v, causal=True, key_padding_mask=None, check_length=False)
+        if state is None:
+            acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+            state = self.init_state(q.shape[0], q.shape[1], device=q.device, dtype=acc)
+        return self._prefill(q, k, v, state)
+
+    def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: Any) -> tuple[Tensor, Any]:
+        """Token by token through :meth:`_step`; families with a parallel form override it."""
+        outs = []
+        for t in range(q.shape[2]):
+            out, state = self._step(
+                q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state
+            )
+            outs.append(out)
+        return torch.cat(outs, dim=2), state
+
     def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> Any:
         raise NotImplementedError
 

@@ -247,6 +247,30 @@ class KernelizedAttention(Attention):
             self.query_features(q_t), fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps
         )
 
+    def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: Any) -> tuple[Tensor, Any]:
+        fk = self.features(k)
+        if self.rpe is not None:
+            return self.rpe.prefill(
+                self.query_features(q),
+                fk.values,
+                v,
+                state,
+                k_log_scale=fk.log_scale,
+                chunk_size=self.chunk_size,
+                block_size=self.block_size,
+                eps=self.eps,
+            )
+        return lin.linear_attention_prefill(
+            self.query_features(q),
+            fk.values,
+            v,
+            state,
+            k_log_scale=fk.log_scale,
+            chunk_size=self.chunk_size,
+            block_size=self.block_size,
+            eps=self.eps,
+        )
+
     def regularization_loss(self) -> Tensor:
         return self.feature_map.regularization_loss()
 

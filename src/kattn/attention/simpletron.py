@@ -13,6 +13,7 @@ from ..functional.simpletron import (
     simpletron_attention,
     simpletron_attention_reference,
     simpletron_init_state,
+    simpletron_prefill,
     simpletron_step,
 )
 from ..registry import register_mechanism
@@ -84,6 +85,13 @@ class SimpletronAttention(Attention):
         self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any
     ) -> tuple[Tensor, SimpletronState]:
         return simpletron_step(q_t, k_t, v_t, state)
+
+    def _prefill(
+        self, q: Tensor, k: Tensor, v: Tensor, state: Any
+    ) -> tuple[Tensor, SimpletronState]:
+        return simpletron_prefill(
+            q, k, v, state, chunk_size=self.chunk_size, block_size=self.block_size
+        )
 
     def extra_repr(self) -> str:
         return (

@@ -117,6 +117,32 @@ class SoftmaxAttention(Attention):
         )
         return out, KVCache(keys, values, n)
 
+    def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
+        """The L new queries attend to the cached keys and, causally, to the new ones; the
+        new keys and values are appended to the cache in one copy."""
+        if not isinstance(state, KVCache):
+            raise ValueError(
+                f"state must be a KVCache (from init_state), got {type(state).__name__}"
+            )
+        keys, values, length = state
+        b, h, n, dv = v.shape
+        if keys.shape[:2] != (b, h) or (length and values.shape[-1] != dv):
+            raise ValueError(
+                f"state holds keys {tuple(keys.shape)} and values {tuple(values.shape)}; "
+                f"these tokens have batch {b}, heads {h}, value dim {dv}"
+            )
+        keys = torch.cat([keys[:, :, :length].to(k.dtype), k], dim=2)
+        values = torch.cat([values[:, :, :length].to(v.dtype), v], dim=2) if length else v
+        if length:  # query i (position length + i) sees keys 0 … length + i
+            rows = torch.arange(n, device=q.device)[:, None] + length
+            allowed = torch.arange(length + n, device=q.device)[None, :] <= rows
+            out = F.scaled_dot_product_attention(
+                q, keys, values, attn_mask=allowed, scale=self.scale
+            )
+        else:
+            out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=self.scale)
+        return out, KVCache(keys, values, length + n)
+
     def extra_repr(self) -> str:
         return (
             f"head_dim={self.head_dim}, num_heads={self.num_heads}, "

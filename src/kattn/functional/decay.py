@@ -144,6 +144,50 @@ def decay_init_state(
     )
 
 
+def decay_prefill(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    state: LinearState,
+    log_alpha: Tensor,
+    log_gamma: Tensor,
+    *,
+    k_log_scale: Tensor | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    eps: float = DEFAULT_EPS,
+) -> tuple[Tensor, LinearState]:
+    """L causal tokens after ``state`` in chunkwise-parallel form (a prompt before
+    :func:`decay_step`): the output ``(B, H, L, Dv)`` and the state after the L tokens.
+
+    Args as :func:`decay_step`, with L tokens; ``state`` from :func:`decay_init_state` or
+    earlier steps.
+    """
+    fq, fk, v32, s = _prepare(phi_q, phi_k, v, k_log_scale, None)
+    b, h, length, _ = fq.shape
+    r = log_alpha.shape[-1]
+    if state.kv.shape[1] != h * r:
+        raise ValueError(
+            f"state holds {state.kv.shape[1]} rows, expected heads × terms = {h} × {r}"
+        )
+    num, den, offsets, state = causal_linear_sums(
+        _repeat_terms(fq, r),
+        _repeat_terms(fk, r),
+        _repeat_terms(v32, r),
+        None if s is None else _repeat_terms(s, r),
+        state,
+        log_decay=log_gamma[:, 0].to(fq.dtype).reshape(1, h * r),
+        chunk_size=chunk_size,
+        block_size=block_size,
+    )
+    assert offsets is not None  # a given state always gives the keys log-scales
+    # each term's sums are in units of its own running offset: combine in log space
+    log_w = log_alpha[:, 0].to(fq.dtype)[None, :, :, None] + offsets.view(b, h, r, length)
+    w = torch.exp(log_w - log_w.detach().amax(dim=2, keepdim=True))[..., None]
+    num, den = ((x.view(b, h, r, length, -1) * w).sum(dim=2) for x in (num, den))
+    return (num / guard_normaliser(den, eps)).to(v.dtype), state
+
+
 def decay_step(
     phi_q: Tensor,
     phi_k: Tensor,

@@ -101,10 +101,26 @@ class EncoderLayer(nn.Module):
         out = y + self.dropout(self.ffn(y))
         return self.norm_ffn(out + x if self.block_skip else out)
 
+    def decode(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:
+        """The causal block over new tokens ``x (B, L, dim)`` that follow ``state`` (the
+        attention's decoding state; None before the first token): equal to
+        ``forward(..., causal=True)`` over the whole sequence, for mechanisms with
+        ``supports_recurrent``. Returns the output and the new state."""
+        if self.norm_first:
+            attended, state = self.attn.decode(self.norm_attn(x), state)
+            y = x + self.dropout(attended)
+            out = y + self.dropout(self.ffn(self.norm_ffn(y)))
+            return (out + x if self.block_skip else out), state
+        attended, state = self.attn.decode(x, state)
+        y = self.norm_attn(x + self.dropout(attended))
+        out = y + self.dropout(self.ffn(y))
+        return self.norm_ffn(out + x if self.block_skip else out), state
 
-def sinusoidal_positions(length: int, dim: int) -> Tensor:
-    """The fixed positions of Vaswani et al.: ``sin``/``cos`` of ``pos / 10000^(2i/dim)``."""
-    pos = torch.arange(length, dtype=torch.float32)[:, None]
+
+def sinusoidal_positions(length: int, dim: int, start: int = 0) -> Tensor:
+    """The fixed positions of Vaswani et al.: ``sin``/``cos`` of ``pos / 10000^(2i/dim)``, for
+    the positions ``start … start + length − 1``."""
+    pos = torch.arange(start, start + length, dtype=torch.float32)[:, None]
     freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
     table = torch.zeros(length, dim)
     table[:, 0::2] = torch.sin(pos * freq)

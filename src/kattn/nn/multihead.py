@@ -207,6 +207,32 @@ class MultiheadAttention(nn.Module):
             out = out.transpose(0, 1)
         return (out if batched else out[:, 0]), None
 
+    def decode(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:
+        """Causal self-attention over new tokens ``x`` that follow ``state`` (None: none yet).
+
+        ``x`` is ``(B, L, E)`` if ``batch_first`` else ``(L, B, E)``. One token goes through
+        the mechanism's recurrent ``step``, several through its parallel ``prefill``; the
+        outputs equal those of the causal forward over the whole sequence. Returns the output
+        (the layout of ``x``) and the state after these tokens. Mechanisms without
+        ``supports_recurrent`` raise ``NotImplementedError``.
+        """
+        if not isinstance(x, Tensor) or x.dim() != 3:
+            raise ValueError(f"x must be a 3-D tensor, got {getattr(x, 'shape', type(x))}")
+        if self.batch_first:
+            x = x.transpose(0, 1)
+        length, b, _ = x.shape
+        q, k, v = self._project(x, x, x, True)
+        q, k, v = (
+            t.reshape(length, b, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+            for t in (q, k, v)
+        )
+        if length == 1 and state is not None:
+            out, state = self.attention.step(q, k, v, state)
+        else:
+            out, state = self.attention.prefill(q, k, v, state)
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(length, b, self.embed_dim))
+        return (out.transpose(0, 1) if self.batch_first else out), state
+
     def _project(
         self, query: Tensor, key: Tensor, value: Tensor, self_attention: bool
     ) -> tuple[Tensor, Tensor, Tensor]:

@@ -177,6 +177,35 @@ class RelativePositionBias(nn.Module):
         """One causal token: output ``(B, H, 1, Dv)`` and the new state."""
         raise NotImplementedError(f"{type(self).__name__} has no recurrent form")
 
+    def prefill(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        state: Any,
+        *,
+        k_log_scale: Tensor | None = None,
+        eps: float = DEFAULT_EPS,
+        **kwargs: Any,
+    ) -> tuple[Tensor, Any]:
+        """L causal tokens after ``state``: output ``(B, H, L, Dv)`` and the state after them.
+
+        Token by token through :meth:`step`; encodings with a parallel form override it
+        (``kwargs``: ``chunk_size``/``block_size`` of that form)."""
+        outs = []
+        for t in range(phi_q.shape[2]):
+            scale = None if k_log_scale is None else k_log_scale[:, :, t : t + 1]
+            out, state = self.step(
+                phi_q[:, :, t : t + 1],
+                phi_k[:, :, t : t + 1],
+                v[:, :, t : t + 1],
+                state,
+                k_log_scale=scale,
+                eps=eps,
+            )
+            outs.append(out)
+        return torch.cat(outs, dim=2), state
+
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, method={self.method!r}"
 

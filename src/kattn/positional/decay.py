@@ -13,6 +13,7 @@ from ..functional.decay import (
     decay_init_state,
     decay_linear_attention,
     decay_log_coefficients,
+    decay_prefill,
     decay_step,
 )
 from ..functional.linear_causal import LinearState
@@ -86,6 +87,29 @@ class DecayBias(RelativePositionBias):
             self.log_gamma(),
             k_log_scale=k_log_scale,
             eps=eps,
+        )
+
+    def prefill(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        state: LinearState,
+        *,
+        k_log_scale: Tensor | None = None,
+        eps: float = DEFAULT_EPS,
+        **kwargs: Any,
+    ) -> tuple[Tensor, LinearState]:
+        return decay_prefill(
+            phi_q,
+            phi_k,
+            v,
+            state,
+            self.log_alpha,
+            self.log_gamma(),
+            k_log_scale=k_log_scale,
+            eps=eps,
+            **kwargs,
         )
 
     def extra_repr(self) -> str:

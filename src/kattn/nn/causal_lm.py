@@ -1,0 +1,213 @@
+"""A decoder-only language model whose attention is any causal kattn mechanism.
+
+Token embedding (plus learned or sinusoidal positions, or none when the mechanism's relative
+positions are enough), ``depth`` causal :class:`~kattn.nn.encoder.EncoderLayer` blocks, a final
+LayerNorm (pre-LN) and a linear head onto the vocabulary, tied to the embedding by default.
+
+Decoding keeps one state per layer: the recurrent state of kernelized mechanisms (constant
+memory and time per token), the key/value cache of ``softmax``. :meth:`CausalLM.prefill`
+reads a prompt in parallel form and returns that state; :meth:`CausalLM.step` adds one token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .encoder import POSITIONS, EncoderLayer, shared_rpe_options, sinusoidal_positions
+from .generation import generate
+
+
+@dataclass
+class DecodingState:
+    """What :meth:`CausalLM.step` continues from.
+
+    Attributes:
+        position: tokens read so far (the position of the next token).
+        layers: one attention state per layer (see the mechanisms' ``init_state``).
+    """
+
+    position: int
+    layers: list[Any]
+
+
+class CausalLM(nn.Module):
+    """Token ids ``(B, L)`` to next-token logits ``(B, L, vocab_size)``.
+
+    Args:
+        vocab_size: number of token ids.
+        max_len: longest sequence the model reads (learned positions and mechanisms whose
+            parameters depend on it are sized by it).
+        dim, depth, num_heads, ffn_dim: the shape (seed 000's WikiText-103 decoder: 512, 6,
+            8, 2048).
+        mechanism, **options: the attention of every layer (it needs ``supports_causal``) and
+            its options.
+        positions: ``"learned"`` (sequences up to ``max_len``), ``"sinusoidal"`` (any length)
+            or ``"none"`` (relative positions of the mechanism only, e.g. ``rpe="decay"``).
+        dropout, attention_dropout, norm_first, block_skip, out_proj: of the blocks (see
+            :class:`~kattn.nn.encoder.EncoderLayer`); dropout also follows the embedding.
+        embedding_std: std of the normal init of the token and position embeddings.
+        tie_embeddings: the output head reuses the token embedding matrix.
+        share_rpe: one relative positional encoding for all layers (when the mechanism has one).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        *,
+        dim: int = 256,
+        depth: int = 4,
+        num_heads: int = 4,
+        ffn_dim: int = 1024,
+        mechanism: str = "softmax",
+        positions: str = "learned",
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        norm_first: bool = True,
+        embedding_std: float = 0.02,
+        tie_embeddings: bool = True,
+        block_skip: bool = False,
+        out_proj: bool = True,
+        share_rpe: bool = True,
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        if positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
+        if vocab_size < 1 or max_len < 1 or depth < 1:
+            raise ValueError(
+                f"vocab_size, max_len and depth must be positive, got {vocab_size}, {max_len}, "
+                f"{depth}"
+            )
+        self.vocab_size, self.max_len, self.positions = vocab_size, max_len, positions
+        self.mechanism = mechanism
+        if share_rpe:
+            options = shared_rpe_options(mechanism, num_heads, max_len, options)
+        self.embedding = nn.Embedding(vocab_size, dim)
+        self.position: nn.Embedding | None = None
+        if positions == "learned":
+            self.position = nn.Embedding(max_len, dim)
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                dim,
+                num_heads,
+                ffn_dim,
+                mechanism=mechanism,
+                max_len=max_len,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                norm_first=norm_first,
+                block_skip=block_skip,
+                out_proj=out_proj,
+                **options,
+            )
+            for _ in range(depth)
+        )
+        if not all(a.supports_causal for a in self.attentions()):
+            raise ValueError(
+                f"mechanism {mechanism!r} has no causal form (supports_causal is False): a "
+                "language model needs one; see kattn list"
+            )
+        self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
+        self.head = nn.Linear(dim, vocab_size, bias=False)
+        nn.init.normal_(self.embedding.weight, std=embedding_std)
+        if self.position is not None:
+            nn.init.normal_(self.position.weight, std=embedding_std)
+        self.tie_embeddings = tie_embeddings
+        if tie_embeddings:
+            self.head.weight = self.embedding.weight
+        else:
+            nn.init.normal_(self.head.weight, std=embedding_std)
+
+    def attentions(self) -> list[Any]:
+        """The attention mechanism of every layer."""
+        return [layer.attn.attention for layer in self.layers]  # type: ignore[union-attr]
+
+    @property
+    def supports_recurrent(self) -> bool:
+        """Every layer decodes with a state (kernelized recurrence or key/value cache)."""
+        return all(a.supports_recurrent for a in self.attentions())
+
+    # ---------------------------------------------------------------------------- forward
+    def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
+        """Embeddings ``(B, L, dim)`` of tokens at positions ``start … start + L − 1``."""
+        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+            raise ValueError(
+                f"tokens must be (B, L) int64/int32 ids, got {tuple(tokens.shape)} {tokens.dtype}"
+            )
+        length = tokens.shape[1]
+        end = start + length
+        x = self.embedding(tokens)
+        if self.position is not None:
+            if end > self.max_len:
+                raise ValueError(
+                    f"position {end - 1} is beyond max_len={self.max_len} of the learned "
+                    "positions: build the model with a larger max_len, or with "
+                    "positions='sinusoidal' or 'none' for unbounded decoding"
+                )
+            x = x + self.position.weight[start:end]
+        elif self.positions == "sinusoidal":
+            table = sinusoidal_positions(length, x.shape[-1], start)
+            x = x + table.to(device=x.device, dtype=x.dtype)
+        return self.dropout(x)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """``tokens (B, L)`` → logits ``(B, L, vocab_size)``; position i sees tokens ≤ i."""
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, causal=True)
+        return self.head(self.norm(x))
+
+    def regularization_loss(self) -> Tensor:
+        """Sum of the attention mechanisms' penalties (0 for most mechanisms)."""
+        total = torch.zeros((), device=self.embedding.weight.device)
+        for attention in self.attentions():
+            total = total + attention.regularization_loss()
+        return total
+
+    # ---------------------------------------------------------------------------- decoding
+    def prefill(
+        self, tokens: Tensor, state: DecodingState | None = None
+    ) -> tuple[Tensor, DecodingState]:
+        """Read ``tokens (B, L)`` after ``state`` (None: from the start) in parallel form.
+
+        Returns the logits ``(B, L, vocab_size)`` (equal to :meth:`forward`'s over the whole
+        sequence) and the state after these tokens. Needs :attr:`supports_recurrent`.
+        """
+        self._require_recurrent()
+        start = 0 if state is None else state.position
+        layers = [None] * len(self.layers) if state is None else list(state.layers)
+        if len(layers) != len(self.layers):
+            raise ValueError(f"state has {len(layers)} layers, the model {len(self.layers)}")
+        x = self.embed(tokens, start)
+        for i, layer in enumerate(self.layers):
+            x, layers[i] = layer.decode(x, layers[i])  # type: ignore[operator]
+        return self.head(self.norm(x)), DecodingState(start + tokens.shape[1], layers)
+
+    def step(self, token: Tensor, state: DecodingState) -> tuple[Tensor, DecodingState]:
+        """One token per sequence, ``token (B,)``, after ``state``: the logits
+        ``(B, vocab_size)`` of the next one and the new state; constant time and memory per
+        token for kernelized mechanisms."""
+        if token.dim() != 1:
+            raise ValueError(f"token must be (B,), got {tuple(token.shape)}")
+        logits, state = self.prefill(token[:, None], state)
+        return logits[:, 0], state
+
+    def _require_recurrent(self) -> None:
+        if not self.supports_recurrent:
+            names = {type(a).__name__ for a in self.attentions() if not a.supports_recurrent}
+            raise NotImplementedError(
+                f"{', '.join(sorted(names))} has no recurrent form (supports_recurrent is False): "
+                "decode by re-encoding the sequence (generate(..., strategy='reencode'))"
+            )
+
+    def generate(self, prompt: Tensor, max_new_tokens: int, **options: Any) -> Tensor:
+        """Continue ``prompt`` ((B, L) or (L,) ids) by ``max_new_tokens`` sampled tokens; see
+        :func:`kattn.nn.generation.generate` for the options (temperature, top_k, top_p,
+        generator, eos_id, strategy)."""
+        return generate(self, prompt, max_new_tokens, **options)
