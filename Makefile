@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed-torch-$(or $(TORCH),any)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,plot,data,train]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,plot,data,train,text]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -42,3 +42,29 @@ def test_learned_speed_quick_run_writes_results(tmp_path):
     assert {"softmax", "gmm_rks", "fastfood_prf", "ffk_vae", "simpletron"} <= names
     assert max(report["correctness"].values()) < 1e-6
     assert "| `fastfood_prf` | 64 |" in md.read_text()
+
+
+def test_lm_speed_quick_run_writes_results(tmp_path):
+    script = ROOT / "benchmarks" / "lm_speed.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (md,) = tmp_path.glob("lm-*-quick.md")
+    (js,) = tmp_path.glob("lm-*-quick.json")
+    report = json.loads(js.read_text())
+    assert {(r["context"], r["mechanism"]) for r in report["decode"]} >= {
+        (256, "softmax"),
+        (256, "nprf_rpe decay M=64"),
+    }
+    assert max(report["correctness_max_abs_error"].values()) < 1e-4
+    cache = next(r for r in report["decode"] if r["mechanism"] == "softmax")
+    assert cache["state_bytes_filled"] < cache["state_bytes_allocated"]
+    assert {r["block"] for r in report["train"]} == {256, 512}
+    assert {r["batch"] for r in report["train"]} == {4, 2}
+    assert len(report["targets"]) == 4
+    text = md.read_text()
+    assert "| 512 | 2 | no attention (ceiling) |" in text and "## Targets" in text

@@ -1,4 +1,4 @@
-"""The ``kattn`` command: list, demo, bench, report, train, eval, data generate."""
+"""The ``kattn`` command: list, demo, bench, report, train, eval, generate, data generate."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .bench.report import add_report_parser
 from .data.commands import add_data_parser
 from .registry import CAPABILITY_FLAGS, available, spec
 from .train.commands import add_train_parsers
+from .train.generate_command import add_generate_parser
 
 _FLAG_TITLES = {
     "supports_causal": "causal",
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_report_parser(sub)
     add_train_parsers(sub)
+    add_generate_parser(sub)
     add_data_parser(sub)
     return parser
 

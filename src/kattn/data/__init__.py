@@ -1,10 +1,24 @@
-"""Data of the Long Range Arena tasks: generators and loaders of the released formats.
+"""Data of the Long Range Arena tasks (generators and loaders of the released formats) and
+of language modelling (corpora and tokenizers).
 
-Every loader returns a :class:`TaskData` of padded id tensors (id 0 = padding); see
-:mod:`kattn.data.base` for the two padding-mask conventions.
+Every LRA loader returns a :class:`TaskData` of padded id tensors (id 0 = padding); see
+:mod:`kattn.data.base` for the two padding-mask conventions. :func:`load_corpus` and
+:func:`tokenize_corpus` give the :class:`LMData` of the language-modelling task.
 """
 
 from .base import PAD_ID, DataFormatError, SequenceDataset, TaskData, pad_sequences
+from .corpus import (
+    EMBEDDED_CORPUS_BYTES,
+    SPLIT_FRACTIONS,
+    Corpus,
+    LMData,
+    load_corpus,
+    split_bytes,
+    stdlib_corpus,
+    stdlib_files,
+    tokenize_corpus,
+    unigram_bits_per_byte,
+)
 from .image import load_image, rgb_to_grayscale
 from .listops import (
     LISTOPS_FILES,
@@ -21,29 +35,51 @@ from .listops import (
 from .pathfinder import draw_pathfinder, generate_pathfinder, load_pathfinder
 from .retrieval import load_retrieval
 from .text import load_text, pad_bytes
+from .tokenizers import (
+    ByteTokenizer,
+    HFTokenizer,
+    SentencePieceTokenizer,
+    Tokenizer,
+    load_tokenizer,
+)
 
 __all__ = [
+    "EMBEDDED_CORPUS_BYTES",
     "LISTOPS_FILES",
     "LISTOPS_LEGACY_VOCAB",
     "LISTOPS_OOV_ID",
     "LISTOPS_VOCAB",
     "LISTOPS_VOCAB_SIZE",
     "PAD_ID",
+    "SPLIT_FRACTIONS",
+    "ByteTokenizer",
+    "Corpus",
     "DataFormatError",
+    "HFTokenizer",
+    "LMData",
+    "SentencePieceTokenizer",
     "SequenceDataset",
     "TaskData",
+    "Tokenizer",
     "draw_pathfinder",
     "encode_listops",
     "generate_listops",
     "generate_pathfinder",
+    "load_corpus",
     "load_image",
     "load_listops",
     "load_pathfinder",
     "load_retrieval",
     "load_text",
+    "load_tokenizer",
     "pad_bytes",
     "pad_sequences",
     "rgb_to_grayscale",
+    "split_bytes",
+    "stdlib_corpus",
+    "stdlib_files",
+    "tokenize_corpus",
     "tokenize_listops",
+    "unigram_bits_per_byte",
     "write_listops",
 ]

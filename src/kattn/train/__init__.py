@@ -1,4 +1,5 @@
-"""Training runs: typed configs and the papers' presets (the loop and CLI build on them)."""
+"""Training runs: typed configs and the papers' presets (the loop and CLI build on them), and
+trained runs read back (:func:`load_trained_model`)."""
 
 from .config import (
     PRESETS,
@@ -11,6 +12,7 @@ from .config import (
     apply_overrides,
     preset,
 )
+from .trained import load_trained_model
 
 __all__ = [
     "PRESETS",
@@ -21,5 +23,6 @@ __all__ = [
     "OptimConfig",
     "RunConfig",
     "apply_overrides",
+    "load_trained_model",
     "preset",
 ]

@@ -1,8 +1,10 @@
 """Checkpoints written atomically: to a temporary file in the same folder, then renamed, so
-an interrupted write never leaves a truncated checkpoint behind."""
+an interrupted write never leaves a truncated checkpoint behind; and the run state they
+record besides the modules' states."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -13,6 +15,36 @@ import torch
 
 LAST = "last.pt"
 BEST = "best.pt"
+
+
+@dataclasses.dataclass
+class RunState:
+    """What a checkpoint records besides the modules' states.
+
+    Attributes:
+        best_valid: the validation metrics of the best checkpoint so far.
+        window: summed training statistics since the last log (see
+            :mod:`kattn.train.objectives`).
+    """
+
+    step: int = 0
+    best_valid: dict[str, float] | None = None
+    best_step: int | None = None
+    stale_evals: int = 0
+    stopped_early: bool = False
+    train_time_s: float = 0.0
+    wall_time_s: float = 0.0
+    window: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0, 0.0])
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RunState:
+        """The state a checkpoint saved (``dataclasses.asdict``); checkpoints of older runs,
+        which kept only the best validation accuracy, are read too."""
+        values = dict(values)
+        if "best_valid_accuracy" in values:
+            accuracy = values.pop("best_valid_accuracy")
+            values["best_valid"] = None if accuracy is None else {"accuracy": accuracy}
+        return cls(**values)
 
 
 def atomic_write(path: Path, write: Any) -> None:

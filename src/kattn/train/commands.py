@@ -9,30 +9,50 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import save_json
-from .config import PRESETS, TASKS, RunConfig, apply_overrides, preset
+from .config import PRESETS, TASKS, RunConfig, apply_overrides, drop_preset_options, preset
 from .loop import Interrupted, evaluate_run, train
 
 #: flags that set the config (refused with --resume, which keeps the run's config.json).
 _CONFIG_FLAGS = (
     "config", "task", "data", "level", "attention", "attention_option", "preset", "set", "steps",
-    "batch_size", "eval_every", "seed", "device",
+    "batch_size", "eval_every", "seed", "device", "block_size", "tokenizer",
 )  # fmt: skip
+
+#: what the end of a run prints, per kind of task.
+_SUMMARY = {
+    "classification": ("task", "mechanism", "steps", "test_accuracy", "best_valid_accuracy",
+                       "majority_baseline", "wall_time_s", "steps_per_s"),
+    "lm": ("task", "mechanism", "steps", "test_loss", "test_perplexity", "test_bits_per_byte",
+           "best_valid_loss", "best_valid_bits_per_byte", "unigram_bits_per_byte",
+           "wall_time_s", "steps_per_s", "tokens_per_s"),
+}  # fmt: skip
 
 
 def add_train_parsers(sub: Any) -> None:
     """Add ``train`` and ``eval`` to the ``kattn`` subcommands."""
     p = sub.add_parser(
         "train",
-        help="train a classifier on an LRA task (ListOps with no --data: generated, embedded)",
-        description="Train a classifier on a Long Range Arena task with any mechanism. "
-        "Without --data, ListOps trains on a small generated set (the embedded default).",
+        help="train a classifier on an LRA task, or a causal language model (--task lm)",
+        description="Train a classifier on a Long Range Arena task, or a causal language model "
+        "(--task lm), with any mechanism. Without --data, ListOps trains on a small generated "
+        "set and lm on this Python's standard-library sources (the embedded defaults).",
     )
-    p.add_argument("--task", choices=TASKS, help="the task (default listops)")
+    p.add_argument(
+        "--task", choices=TASKS, help="the task (default listops; lm: causal language model)"
+    )
     p.add_argument(
         "--data",
         help="the released files: the folder holding basic_*.tsv "
         "(ListOps), new_aan_pairs.*.tsv (Retrieval), aclImdb (Text), "
-        "cifar-10-batches-py (Image) or pathfinder32 (Pathfinder)",
+        "cifar-10-batches-py (Image) or pathfinder32 (Pathfinder); for lm a text file or a "
+        "folder of .txt files (split 90/5/5 at line boundaries) or a WikiText folder "
+        "(wiki.{train,valid,test}.tokens or .raw)",
+    )
+    p.add_argument("--block-size", type=int, help="lm: tokens per training block (default 256)")
+    p.add_argument(
+        "--tokenizer",
+        metavar="FILE",
+        help="lm: a HuggingFace tokenizer.json or a sentencepiece .model (default UTF-8 bytes)",
     )
     p.add_argument("--level", help="Pathfinder level (default curv_contour_length_14)")
     p.add_argument("--out", help="the run folder (default runs/<task>-<attention>)")
@@ -47,7 +67,8 @@ def add_train_parsers(sub: Any) -> None:
         "--preset",
         choices=sorted(PRESETS),
         help="the papers' settings: skyformer (default with --data), lra, kl, "
-        "small (default without --data)",
+        "small (default without --data); for lm: luo-lm (default with --data: seed 000's "
+        "WikiText-103 decoder) or small",
     )
     p.add_argument(
         "--config",
@@ -96,10 +117,16 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
             config.data.task = args.task
     else:
         task = args.task or "listops"
-        name = args.preset or ("skyformer" if args.data or task != "listops" else "small")
+        paper = "luo-lm" if task == "lm" else "skyformer"
+        name = args.preset or (paper if args.data or task not in ("listops", "lm") else "small")
         config = preset(name, task)
+    preset_options = dict(config.attention.options)
     if args.data:
         config.data.path = str(Path(args.data))
+    if args.block_size is not None:
+        config.data.block_size = args.block_size
+    if args.tokenizer:
+        config.data.tokenizer = str(Path(args.tokenizer))
     if args.level:
         config.data.level = args.level
     if args.attention:
@@ -114,7 +141,18 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"--attention-option is KEY=VALUE, got {item!r}")
-    return apply_overrides(config, overrides + list(args.set or []))
+    settings = overrides + list(args.set or [])
+    apply_overrides(config, settings)
+    prefix = "attention.options."
+    given = [item[len(prefix) :].partition("=")[0] for item in settings if item.startswith(prefix)]
+    dropped = drop_preset_options(config, preset_options, given)
+    if dropped:
+        print(
+            f"kattn: note: {config.attention.name} does not take the attention option(s) "
+            f"{', '.join(dropped)} of the preset (or --config); left out",
+            file=sys.stderr,
+        )
+    return config
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -142,10 +180,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 130
     except FileExistsError as err:
         raise ValueError(str(err)) from None
-    summary = {k: results[k] for k in ("task", "mechanism", "steps", "test_accuracy",
-                                       "best_valid_accuracy", "majority_baseline",
-                                       "wall_time_s", "steps_per_s")}  # fmt: skip
-    print(json.dumps(summary, indent=2))
+    keys = _SUMMARY["lm" if results["task"] == "lm" else "classification"]
+    print(json.dumps({k: results[k] for k in keys}, indent=2))
     return 0
 
 

@@ -1,7 +1,8 @@
 """Typed configuration of a training run, the papers' presets, and dotted overrides.
 
 A run is a :class:`RunConfig` of five parts (``model``, ``attention``, ``data``, ``optim``,
-``train``). Presets give the papers' settings per task; ``--set model.num_layers=4`` style
+``train``). Tasks are the five LRA classification tasks and ``lm``, causal language modelling.
+Presets give the papers' settings per task; ``--set model.num_layers=4`` style
 overrides change single fields, parsed to the field's type; unknown keys are refused with the
 valid ones listed. The resolved config is what a run saves as ``config.json``.
 """
@@ -11,17 +12,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
+from ..registry import MECHANISMS
+from .presets import PRESETS
+
+#: the classification tasks of the Long Range Arena.
+CLASSIFICATION_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
+TASKS = (*CLASSIFICATION_TASKS, "lm")
 SCHEDULES = ("rsqrt", "cosine", "onecycle", "constant")
 AMP_DTYPES = ("bfloat16", "float16")
+#: tokens per block of task ``lm`` when ``data.block_size`` is not set.
+LM_BLOCK_SIZE = 256
 
 
 @dataclass
 class ModelConfig:
-    """The encoder and classifier (:class:`kattn.nn.SequenceClassifier`)."""
+    """The encoder and classifier (:class:`kattn.nn.SequenceClassifier`), or the decoder
+    (:class:`kattn.nn.CausalLM`) of task ``lm``: ``pooling`` and ``head_hidden`` are the
+    classifier's, ``tie_embeddings`` (the output head reuses the token embedding) the
+    decoder's."""
 
     dim: int = 64
     num_layers: int = 2
@@ -36,6 +48,7 @@ class ModelConfig:
     out_proj: bool = True
     embedding_std: float = 0.02
     head_hidden: int | None = None
+    tie_embeddings: bool = True
 
 
 @dataclass
@@ -54,6 +67,11 @@ class DataConfig:
     ListOps 2000, Text and Retrieval 4000, Image and Pathfinder 1024) and padded with id 0 to
     ``max_len`` (default: the cut length), the length the model sees. Skyformer cuts ListOps
     to 2000 and pads to 2048. ``path`` None with ListOps means the embedded generated set.
+
+    Task ``lm`` reads a corpus (``path``: a text file, a folder of ``.txt`` files or a WikiText
+    folder; None: the embedded standard-library sources), tokenised by ``tokenizer`` (a
+    HuggingFace ``.json`` or sentencepiece ``.model`` file; None: UTF-8 bytes), in blocks of
+    ``block_size`` tokens (default :data:`LM_BLOCK_SIZE`).
     """
 
     task: str = "listops"
@@ -63,6 +81,8 @@ class DataConfig:
     pad_id_mask: bool = True
     tokenization: str = "official"
     level: str = "curv_contour_length_14"
+    block_size: int | None = None
+    tokenizer: str | None = None
 
 
 @dataclass
@@ -140,94 +160,6 @@ class RunConfig:
                 _field(part, section, key)
                 setattr(part, key, value)
         return config
-
-
-#: the optimiser and model conventions shared by the official LRA configs and the KL-Transformer:
-#: AdamW β₂ 0.98, eps 1e-9, weight decay 0.1, linear warm-up then rsqrt decay, no clipping,
-#: N(0, 1) embeddings, CLS head of the MLP width.
-_LRA: dict[str, Any] = {
-    "optim.beta2": 0.98, "optim.eps": 1e-9, "optim.weight_decay": 0.1, "optim.schedule": "rsqrt",
-    "optim.grad_clip_value": None, "model.embedding_std": 1.0,
-}  # fmt: skip
-
-
-def _model(dim: int, layers: int, heads: int, mlp: int, pooling: str, positions: str) -> dict:
-    return {
-        "model.dim": dim, "model.num_layers": layers, "model.num_heads": heads,
-        "model.ffn_dim": mlp, "model.head_hidden": mlp, "model.pooling": pooling,
-        "model.positions": positions,
-    }  # fmt: skip
-
-
-#: per-task settings of the papers: name → task → dotted key → value.
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    # Skyformer / Nyströmformer LRA code (implementation notes §A.6): 2 layers, dim 64, 2 heads,
-    # FFN 128, mean pooling, pre-LN, dropout 0.1, AdamW eps 1e-6, one-cycle, value clipping 1,
-    # 50k steps, best checkpoint after 20 % of them; ListOps/Text cut to 2000/4000, padded to
-    # a power of two.
-    "skyformer": {
-        "listops": {"train.batch_size": 32, "optim.lr": 1e-4, "optim.warmup_steps": 1000,
-                    "train.eval_every": 500, "train.eval_batches": 62, "data.max_len": 2048,
-                    "data.truncate": 2000, "data.tokenization": "legacy"},
-        "text": {"train.batch_size": 32, "optim.lr": 1e-4, "optim.warmup_steps": 80,
-                 "train.eval_every": 500, "train.eval_batches": 200, "data.max_len": 4096,
-                 "data.truncate": 4000},
-        "retrieval": {"train.batch_size": 16, "optim.lr": 2e-4, "optim.warmup_steps": 800,
-                      "train.eval_every": 1000, "train.eval_batches": 300, "data.max_len": 4096,
-                      "data.truncate": 4000},
-        "image": {"train.batch_size": 256, "optim.lr": 1e-4, "optim.warmup_steps": 175,
-                  "train.eval_every": 50, "train.eval_batches": 20, "data.max_len": 1024},
-        "pathfinder": {"train.batch_size": 128, "optim.lr": 2e-4, "optim.warmup_steps": 312,
-                       "train.eval_every": 500, "train.eval_batches": 156,
-                       "data.max_len": 1024},
-    },
-    # The official LRA configs (JAX, implementation notes §D.5).
-    "lra": {
-        "listops": {**_LRA, **_model(512, 4, 8, 1024, "cls", "sinusoidal"),
-                    "optim.lr": 0.05, "optim.warmup_steps": 1000, "train.steps": 5000,
-                    "train.eval_every": 50, "train.batch_size": 32, "data.max_len": 2000},
-        "text": {**_LRA, **_model(256, 4, 4, 1024, "cls", "sinusoidal"),
-                 "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 20000,
-                 "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 1000},
-        "retrieval": {**_LRA, **_model(128, 4, 4, 512, "cls", "sinusoidal"),
-                      "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 5000,
-                      "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
-        "image": {**_LRA, **_model(128, 1, 8, 128, "cls", "learned"),
-                  "model.dropout": 0.3, "model.attention_dropout": 0.2,
-                  "optim.lr": 5e-4, "optim.warmup_steps": 175, "optim.schedule": "cosine",
-                  "optim.weight_decay": 0.0, "train.steps": 35000, "train.eval_every": 175,
-                  "train.batch_size": 256, "data.max_len": 1024},
-        "pathfinder": {**_LRA, **_model(32, 4, 4, 32, "mean", "sinusoidal"),
-                       "model.dropout": 0.2, "optim.lr": 1e-3, "optim.warmup_steps": 312,
-                       "optim.schedule": "cosine", "optim.weight_decay": 0.0,
-                       "train.steps": 62400, "train.eval_every": 312,
-                       "train.batch_size": 512, "data.max_len": 1024},
-    },
-    # The KL-Transformer (seed 004, Table 4; no Pathfinder there).
-    "kl": {
-        "listops": {**_LRA, **_model(512, 6, 8, 2048, "cls", "sinusoidal"),
-                    "optim.lr": 5e-3, "optim.warmup_steps": 1000, "train.steps": 10000,
-                    "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 2000},
-        "text": {**_LRA, **_model(256, 4, 4, 1024, "cls", "sinusoidal"),
-                 "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 20000,
-                 "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
-        "retrieval": {**_LRA, **_model(128, 4, 4, 512, "cls", "sinusoidal"),
-                      "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 5000,
-                      "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
-        "image": {**_LRA, **_model(128, 1, 8, 128, "cls", "learned"),
-                  "model.dropout": 0.3, "optim.lr": 5e-4, "optim.warmup_steps": 175,
-                  "optim.schedule": "cosine", "optim.weight_decay": 0.0, "train.steps": 35200,
-                  "train.eval_every": 176, "train.batch_size": 256, "data.max_len": 1024},
-    },
-    # Minutes on a CPU: the Skyformer model without dropout, a larger learning rate and few
-    # steps (the embedded default of `kattn train --task listops`: short generated expressions).
-    "small": {
-        task: {"optim.lr": 1e-3, "optim.warmup_steps": 100, "train.steps": 3000,
-               "train.eval_every": 500, "train.batch_size": 64, "model.dropout": 0.0,
-               "model.attention_dropout": 0.0}
-        for task in TASKS
-    },
-}  # fmt: skip
 
 
 def preset(name: str, task: str) -> RunConfig:
@@ -347,6 +279,7 @@ def validate(config: RunConfig) -> RunConfig:
         "train.eval_batches": config.train.eval_batches,
         "train.early_stop": config.train.early_stop,
         "model.head_hidden": config.model.head_hidden,
+        "data.block_size": config.data.block_size,
     }
     positive.update({k: v for k, v in optional.items() if v is not None})
     for key, value in positive.items():
@@ -370,4 +303,55 @@ def validate(config: RunConfig) -> RunConfig:
         raise ValueError(
             f"data.truncate ({config.data.truncate}) exceeds data.max_len ({config.data.max_len})"
         )
+    _validate_task_fields(config)
     return config
+
+
+def _validate_task_fields(config: RunConfig) -> None:
+    data, attention = config.data, config.attention
+    if data.task != "lm":
+        for key in ("block_size", "tokenizer"):
+            if getattr(data, key) is not None:
+                raise ValueError(f"data.{key} is for task lm, not {data.task}")
+        return
+    for key in ("max_len", "truncate"):
+        if getattr(data, key) is not None:
+            raise ValueError(
+                f"data.{key} is not used by task lm: its sequences are blocks of "
+                f"data.block_size tokens"
+            )
+    if not mechanism_supports_causal(attention.name, attention.options):
+        raise ValueError(
+            f"task lm needs a causal mechanism, and {attention.name!r} has no causal form "
+            "(supports_causal is False); see kattn list"
+        )
+
+
+def mechanism_supports_causal(name: str, options: Mapping[str, Any]) -> bool:
+    """Whether mechanism ``name`` built with ``options`` has a causal form."""
+    entry = MECHANISMS.get(name)
+    return bool(entry.cls.capabilities(**{**entry.defaults, **options})["supports_causal"])
+
+
+def unaccepted_options(name: str, options: Mapping[str, Any]) -> list[str]:
+    """The names in ``options`` that mechanism ``name`` does not take (none when the
+    mechanism checks its options itself)."""
+    entry = MECHANISMS.get(name)
+    valid = entry.cls.option_names({**entry.defaults, **options})
+    return [] if valid is None else sorted(set(options) - set(valid))
+
+
+def drop_preset_options(
+    config: RunConfig, preset_options: Mapping[str, Any], user_options: Iterable[str]
+) -> list[str]:
+    """Remove from ``config.attention.options`` the options that came from the preset
+    (``preset_options``), were not set by the user (``user_options``: their names) and that
+    the chosen mechanism does not take (a preset's ``num_features`` with ``softmax``); return
+    ``KEY=VALUE`` of each. The user's options are kept, so an unknown one still raises when
+    the model is built."""
+    options, given = config.attention.options, set(user_options)
+    foreign = unaccepted_options(config.attention.name, options)
+    dropped = [key for key in foreign if key in preset_options and key not in given]
+    for key in dropped:
+        del options[key]
+    return [f"{key}={json.dumps(preset_options[key])}" for key in dropped]

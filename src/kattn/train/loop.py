@@ -1,8 +1,12 @@
 """One training loop for every task: :func:`train` a run, :func:`evaluate_run` it again.
 
+What differs between tasks — batches, loss, metrics, which validation result is best — is the
+task's :class:`~kattn.train.objectives.Objective` (classification or language modelling).
+
 A run folder holds ``config.json`` (the resolved config), ``metrics.jsonl``, ``last.pt`` (all
 the state needed to continue: model, optimiser, schedule, gradient scaler, step, best so far),
-``best.pt`` (the model of the best validation accuracy) and, at the end, ``results.json``.
+``best.pt`` (the model of the best validation result: highest accuracy, or lowest loss for
+``lm``), the tokenizer file of an ``lm`` run that has one, and at the end ``results.json``.
 
 Runs are reproducible and resumable exactly: global batch ``s`` is a fixed slice of seeded
 permutations of the training set, and the random state of step ``s`` (dropout, feature
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import resource
 import signal
 import time
 from contextlib import nullcontext, suppress
@@ -23,14 +26,13 @@ from types import FrameType
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from .. import __version__
-from ..data import SequenceDataset
-from .batches import BatchOrder, key_mask, majority_baseline, make_batch
-from .checkpoint import BEST, LAST, load_checkpoint, save_checkpoint, save_json
+from ..data import LMData
+from .batches import BatchOrder
+from .checkpoint import BEST, LAST, RunState, load_checkpoint, save_checkpoint, save_json
 from .config import RunConfig, validate
 from .distributed import (
     Processes,
@@ -39,9 +41,10 @@ from .distributed import (
     processes_from_env,
     resolve_device,
 )
-from .metrics import METRICS, MetricsLog, truncate_metrics
+from .metrics import METRICS, MetricsLog, peak_memory, truncate_metrics
+from .objectives import build_objective
 from .schedules import build_optimizer
-from .tasks import build_model, load_task
+from .tasks import build_model, load_task, run_tokenizer
 
 CONFIG = "config.json"
 RESULTS = "results.json"
@@ -55,20 +58,6 @@ class Interrupted(RuntimeError):
             f"stopped at step {step}; continue with: kattn train --out {run_dir} --resume"
         )
         self.run_dir, self.step = run_dir, step
-
-
-@dataclasses.dataclass
-class RunState:
-    """What a checkpoint records besides the modules' states."""
-
-    step: int = 0
-    best_valid_accuracy: float | None = None
-    best_step: int | None = None
-    stale_evals: int = 0
-    stopped_early: bool = False
-    train_time_s: float = 0.0
-    wall_time_s: float = 0.0
-    window: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0, 0.0])
 
 
 def train(
@@ -100,14 +89,25 @@ def train(
     device = resolve_device(config.train.device, procs)
     joined = init_processes(procs, device)
     try:
-        return _Run(config, run, procs, device).train(resume, progress, stop_after)
+        return _Run(config, run, procs, device, from_run=resume).train(resume, progress, stop_after)
     finally:
         if joined:
             close_processes()
 
 
 class _Run:
-    def __init__(self, config: RunConfig, run: Path, procs: Processes, device: torch.device):
+    """A run's data, model, optimiser and state; ``from_run`` reads the tokenizer of an ``lm``
+    run from its copy in the run folder (a resumed or finished run)."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        run: Path,
+        procs: Processes,
+        device: torch.device,
+        *,
+        from_run: bool = False,
+    ) -> None:
         self.config, self.run, self.procs, self.device = config, run, procs, device
         loop = config.train
         if loop.batch_size % (procs.world_size * config.optim.accumulate):
@@ -116,12 +116,15 @@ class _Run:
                 f"({procs.world_size}) times optim.accumulate ({config.optim.accumulate})"
             )
         self.micro = loop.batch_size // (procs.world_size * config.optim.accumulate)
+        lm = config.data.task == "lm"
+        tokenizer = run_tokenizer(run, config) if lm and from_run else None
         if procs.is_main:  # the embedded data is generated once, by the first process
             run.mkdir(parents=True, exist_ok=True)
-            self.data = load_task(config)
+            self.data = load_task(config, tokenizer)
         procs.barrier()
         if not procs.is_main:
-            self.data = load_task(config)
+            self.data = load_task(config, tokenizer)
+        self.objective = build_objective(config, self.data)
         torch.manual_seed(loop.seed)
         self.model = build_model(config, self.data).to(device)
         self.net: nn.Module = self.model
@@ -134,7 +137,7 @@ class _Run:
         self.scaler = torch.amp.GradScaler(
             "cuda", enabled=self.amp and self.amp_dtype == torch.float16
         )
-        self.order = BatchOrder(len(self.data.train), loop.batch_size, loop.seed)
+        self.order = BatchOrder(self.objective.size("train"), loop.batch_size, loop.seed)
         self.state = RunState()
         self._signal: int | None = None
 
@@ -146,6 +149,8 @@ class _Run:
         elif main:
             save_json(self.run / CONFIG, self.config.to_dict())
             (self.run / METRICS).unlink(missing_ok=True)
+            if isinstance(self.data, LMData):  # the run folder is enough to generate text
+                self.data.tokenizer.save(self.run)
         log = MetricsLog(
             self.run if main else None,
             total_steps=loop.steps,
@@ -177,7 +182,7 @@ class _Run:
             log.close()
 
     def _step(self) -> None:
-        config, procs = self.config, self.procs
+        config, procs, objective = self.config, self.procs, self.objective
         self.net.train()
         torch.manual_seed((config.train.seed * 1_000_003 + self.state.step) * 1024 + procs.rank)
         mine = self.order(self.state.step).view(procs.world_size, -1)[procs.rank]
@@ -186,14 +191,13 @@ class _Run:
             last = i == len(chunks) - 1
             sync = nullcontext() if last or not procs.distributed else self.net.no_sync()  # type: ignore[operator]
             with sync, self._autocast():
-                batch = make_batch(self.data.train, index, self.device)
-                logits = self._forward(batch)
-                loss = F.cross_entropy(logits.float(), batch["labels"])
+                batch = objective.batch("train", index, self.device)
+                logits = objective.forward(self.net, batch)
+                loss = objective.loss(logits, batch)
                 total = loss + self.model.regularization_loss()  # type: ignore[operator]
             self.scaler.scale(total / len(chunks)).backward()
             with torch.no_grad():
-                n = len(index)
-                correct = (logits.argmax(-1) == batch["labels"]).sum().item()
+                correct, n = objective.counts(logits, batch)
                 window = self.state.window
                 window[0] += loss.item() * n
                 window[1] += correct
@@ -210,67 +214,49 @@ class _Run:
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
 
-    def _forward(self, batch: dict[str, Tensor], net: nn.Module | None = None) -> Tensor:
-        pad = self.config.data.pad_id_mask
-        mask = key_mask(batch["tokens"], batch["lengths"], pad)
-        net = net or self.net
-        if "tokens2" in batch:
-            mask2 = key_mask(batch["tokens2"], batch["lengths2"], pad)
-            return net(batch["tokens"], batch["tokens2"], mask, mask2)
-        return net(batch["tokens"], mask)
-
     def _autocast(self) -> Any:
         if not self.amp:
             return nullcontext()
         return torch.autocast(device_type="cuda", dtype=self.amp_dtype)
 
     # ---------------------------------------------------------------- evaluation and logs
-    def evaluate(self, split: SequenceDataset, limit: int | None = None) -> dict[str, float]:
-        """Loss and accuracy on ``split`` (its first ``limit`` examples of a fixed shuffled
-        order, or all of it in order), shared out over the processes."""
+    def evaluate(self, split: str, limit: int | None = None) -> dict[str, float]:
+        """The objective's metrics on ``split`` (all of it, or the first ``limit`` examples
+        the objective picks), shared out over the processes."""
+        objective = self.objective
         self.model.eval()
-        if limit is not None and limit < len(split):
-            generator = torch.Generator().manual_seed(self.config.train.seed)
-            index = torch.randperm(len(split), generator=generator)[:limit]
-        else:
-            index = torch.arange(len(split))
+        index = objective.eval_index(split, limit, self.config.train.seed)
         index = index[self.procs.rank :: self.procs.world_size]
         totals = [0.0, 0.0, 0.0]
         with torch.no_grad(), self._autocast():
             for chunk in index.split(self.micro):
-                batch = make_batch(split, chunk, self.device)
-                logits = self._forward(batch, self.model).float()
-                totals[0] += F.cross_entropy(logits, batch["labels"], reduction="sum").item()
-                totals[1] += (logits.argmax(-1) == batch["labels"]).sum().item()
-                totals[2] += len(chunk)
-        loss, correct, n = self.procs.sum(totals, self.device)
-        return {"loss": loss / max(n, 1), "accuracy": correct / max(n, 1), "examples": int(n)}
+                batch = objective.batch(split, chunk, self.device)
+                logits = objective.forward(self.model, batch).float()
+                correct, n = objective.counts(logits, batch)
+                totals[0] += objective.loss(logits, batch, reduction="sum").item()
+                totals[1] += correct
+                totals[2] += n
+        return objective.metrics(self.procs.sum(totals, self.device), split)
 
     def _log_train(self, log: MetricsLog) -> None:
-        loss, correct, n = self.procs.sum(self.state.window, self.device)
+        sums = self.procs.sum(self.state.window, self.device)
         self.state.window = [0.0, 0.0, 0.0]
-        values: dict[str, float] = {
-            "loss": loss / max(n, 1),
-            "accuracy": correct / max(n, 1),
-            "lr": float(self.scheduler.get_last_lr()[0]),
-            "steps_per_s": self.state.step / max(self.state.train_time_s, 1e-9),
-        }
-        log.record("train", self.state.step, values)
-        log.advance(self.state.step, {k: values[k] for k in ("loss", "accuracy", "steps_per_s")})
+        objective, state = self.objective, self.state
+        values = objective.metrics(sums, "train")
+        del values[objective.count_key]
+        values["lr"] = float(self.scheduler.get_last_lr()[0])
+        values.update(objective.rates(state.step, state.train_time_s, self.config.train.batch_size))
+        log.record("train", state.step, values)
+        log.advance(state.step, {k: values[k] for k in objective.shown})
 
     def _validate(self, log: MetricsLog) -> None:
         loop, state = self.config.train, self.state
         limit = None if loop.eval_batches is None else loop.eval_batches * loop.batch_size
-        metrics = self.evaluate(self.data.valid, limit)
+        metrics = self.evaluate("valid", limit)
         counts = state.step >= loop.best_after * loop.steps
-        best = state.best_valid_accuracy
-        improved = counts and (best is None or metrics["accuracy"] > best)
+        improved = counts and self.objective.improved(metrics, state.best_valid)
         if improved:
-            state.best_valid_accuracy, state.best_step, state.stale_evals = (
-                metrics["accuracy"],
-                state.step,
-                0,
-            )
+            state.best_valid, state.best_step, state.stale_evals = dict(metrics), state.step, 0
             if self.procs.is_main:
                 save_checkpoint(
                     self.run / BEST, {"model": self.model.state_dict(), "step": state.step}
@@ -308,7 +294,7 @@ class _Run:
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         self.scaler.load_state_dict(saved["scaler"])
-        self.state = RunState(**saved["state"])
+        self.state = RunState.from_dict(saved["state"])
         if self.procs.is_main:
             truncate_metrics(self.run / METRICS, self.state.step)
 
@@ -336,47 +322,35 @@ class _Run:
         state, started = self.state, time.perf_counter()
         if (self.run / BEST).exists():
             self.model.load_state_dict(load_checkpoint(self.run / BEST, self.device)["model"])
-        test = self.evaluate(self.data.test)
+        test = self.evaluate("test")
         log.record("test", state.best_step or state.step, test)
         results = self._results(test)
         results["wall_time_s"] += time.perf_counter() - started
         if self.procs.is_main:
             save_json(self.run / RESULTS, results)
-            log.write(
-                f"test accuracy {test['accuracy']:.4f} (best valid "
-                f"{state.best_valid_accuracy} at step {state.best_step}); majority baseline "
-                f"{results['majority_baseline']:.4f}; {self.run / RESULTS}"
-            )
+            log.write(f"{self.objective.summary(results)}; {self.run / RESULTS}")
         return results
 
     def _results(self, test: dict[str, float]) -> dict[str, Any]:
-        state, data = self.state, self.data
-        if self.device.type == "cuda":
-            peak, kind = torch.cuda.max_memory_allocated(self.device), "cuda_max_allocated"
-        else:
-            peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "max_rss"
+        state, objective = self.state, self.objective
+        peak, kind = peak_memory(self.device)
         return {
-            "task": data.task,
+            "task": objective.task,
             "mechanism": self.config.attention.name,
             "attention_options": self.config.attention.options,
             "steps": state.step,
-            "test_accuracy": test["accuracy"],
-            "test_loss": test["loss"],
-            "test_examples": test["examples"],
-            "best_valid_accuracy": state.best_valid_accuracy,
+            **objective.results(test, state.best_valid),
             "best_step": state.best_step,
             "stopped_early": state.stopped_early,
-            "majority_baseline": majority_baseline(data),
             "wall_time_s": state.wall_time_s,
             "train_time_s": state.train_time_s,
-            "steps_per_s": state.step / max(state.train_time_s, 1e-9),
+            **objective.rates(state.step, state.train_time_s, self.config.train.batch_size),
             "peak_memory_bytes": int(peak),
             "peak_memory_kind": kind,
             "num_parameters": sum(p.numel() for p in self.model.parameters()),
             "device": str(self.device),
             "world_size": self.procs.world_size,
             "versions": {"kattn": __version__, "torch": torch.__version__},
-            "data": {k: v for k, v in data.info.items() if k != "vocabulary"},
             "config": self.config.to_dict(),
         }
 
@@ -385,7 +359,8 @@ def evaluate_run(
     run_dir: str | Path, split: str = "test", *, checkpoint: str = "best", device: str = "auto"
 ) -> dict[str, Any]:
     """Evaluate a run's ``best`` (or ``last``) model on ``split`` (``train``, ``valid``,
-    ``test``) and return the loss, accuracy and number of examples."""
+    ``test``) and return the task's metrics: loss, accuracy and number of examples; for ``lm``
+    loss, perplexity, accuracy, bits per byte and number of tokens."""
     run = Path(run_dir)
     if split not in ("train", "valid", "test") or checkpoint not in ("best", "last"):
         raise ValueError(
@@ -395,9 +370,9 @@ def evaluate_run(
     config = RunConfig.from_dict(json.loads((run / CONFIG).read_text()))
     procs = Processes()
     config.train.device = device
-    runner = _Run(config, run, procs, resolve_device(device, procs))
+    runner = _Run(config, run, procs, resolve_device(device, procs), from_run=True)
     saved = load_checkpoint(run / (BEST if checkpoint == "best" else LAST), runner.device)
     runner.model.load_state_dict(saved["model"])
     step = saved["step"] if checkpoint == "best" else saved["state"]["step"]
-    metrics = runner.evaluate(getattr(runner.data, split))
+    metrics = runner.evaluate(split)
     return {"run": str(run), "split": split, "checkpoint": checkpoint, "step": step, **metrics}

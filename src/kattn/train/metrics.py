@@ -5,11 +5,14 @@ line every log interval)."""
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import torch
 
 METRICS = "metrics.jsonl"
 
@@ -131,3 +134,11 @@ def iter_records(run_dir: str | Path) -> Iterator[dict[str, Any]]:
         for line in file:
             if line.strip():
                 yield json.loads(line)
+
+
+def peak_memory(device: torch.device) -> tuple[int, str]:
+    """The peak memory of the run so far and what it measures: CUDA's peak allocation on a
+    GPU, else the process's peak resident set."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "max_rss"

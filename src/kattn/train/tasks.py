@@ -4,7 +4,8 @@
 loaders, cuts sequences to ``data.truncate`` and pads them to ``data.max_len``. ListOps with
 no path is the embedded default: a short ListOps set generated once by
 :func:`kattn.data.generate_listops` and cached (``$KATTN_CACHE``, else
-``~/.cache/kattn``) in the released TSV format.
+``~/.cache/kattn``) in the released TSV format. Task ``lm`` reads a corpus
+(:func:`kattn.data.load_corpus`; no path: the standard-library sources) and tokenises it.
 """
 
 from __future__ import annotations
@@ -20,18 +21,23 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import (
+    LMData,
     SequenceDataset,
     TaskData,
+    Tokenizer,
     generate_listops,
+    load_corpus,
     load_image,
     load_listops,
     load_pathfinder,
     load_retrieval,
     load_text,
+    load_tokenizer,
+    tokenize_corpus,
     write_listops,
 )
-from ..nn import DualEncoderClassifier, SequenceClassifier
-from .config import RunConfig
+from ..nn import CausalLM, DualEncoderClassifier, SequenceClassifier
+from .config import LM_BLOCK_SIZE, RunConfig
 
 #: the length of every task in LRA (sequences are cut to it).
 TASK_LENGTHS = {"listops": 2000, "text": 4000, "retrieval": 4000, "image": 1024, "pathfinder": 1024}
@@ -77,10 +83,13 @@ def embedded_listops(create: bool = True) -> Path:
     return folder
 
 
-def load_task(config: RunConfig) -> TaskData:
-    """The task's splits, cut to ``data.truncate`` and padded to ``data.max_len``."""
+def load_task(config: RunConfig, tokenizer: Tokenizer | None = None) -> TaskData | LMData:
+    """The task's splits, cut to ``data.truncate`` and padded to ``data.max_len``; for ``lm``
+    the corpus tokenised by ``tokenizer`` (default: the one ``data.tokenizer`` names)."""
     data = config.data
     task = data.task
+    if task == "lm":
+        return tokenize_corpus(load_corpus(data.path), tokenizer or load_tokenizer(data.tokenizer))
     default = EMBEDDED_LISTOPS["max_length"] if task == "listops" and not data.path else None
     length = data.max_len or default or TASK_LENGTHS[task]
     cut = data.truncate or min(length, TASK_LENGTHS[task])
@@ -136,9 +145,32 @@ def pad_task(data: TaskData, length: int) -> TaskData:
     )
 
 
-def build_model(config: RunConfig, data: TaskData) -> nn.Module:
-    """The classifier of ``config.model`` with ``config.attention`` in every layer."""
+def block_size(config: RunConfig) -> int:
+    """Tokens per block of task ``lm`` (``data.block_size`` or :data:`LM_BLOCK_SIZE`)."""
+    return config.data.block_size or LM_BLOCK_SIZE
+
+
+def tokenizer_file(run_dir: str | Path, config: RunConfig) -> Path | None:
+    """Where a run folder keeps its copy of the tokenizer file (None for bytes)."""
+    if config.data.tokenizer is None:
+        return None
+    return Path(run_dir) / f"tokenizer{Path(config.data.tokenizer).suffix}"
+
+
+def run_tokenizer(run_dir: str | Path, config: RunConfig) -> Tokenizer:
+    """The tokenizer of a run: its copy in the run folder, else the file the config names."""
+    copy = tokenizer_file(run_dir, config)
+    return load_tokenizer(copy if copy is not None and copy.is_file() else config.data.tokenizer)
+
+
+def build_model(config: RunConfig, data: TaskData | LMData) -> nn.Module:
+    """The classifier of ``config.model`` with ``config.attention`` in every layer, or for
+    task ``lm`` the :class:`~kattn.nn.CausalLM` over blocks of :func:`block_size` tokens."""
     m = config.model
+    if config.data.task == "lm":
+        return build_lm(config, data.vocab_size)
+    if isinstance(data, LMData):
+        raise ValueError(f"a tokenised corpus is the data of task lm, not {config.data.task}")
     encoder: dict[str, Any] = {
         "dim": m.dim,
         "depth": m.num_layers,
@@ -162,4 +194,28 @@ def build_model(config: RunConfig, data: TaskData) -> nn.Module:
         pooling=m.pooling,
         head_hidden=m.head_hidden,
         **encoder,
+    )
+
+
+def build_lm(config: RunConfig, vocab_size: int) -> CausalLM:
+    """The :class:`~kattn.nn.CausalLM` of ``config.model`` over ``vocab_size`` ids, reading
+    blocks of :func:`block_size` tokens, with ``config.attention`` in every layer."""
+    m = config.model
+    return CausalLM(
+        vocab_size,
+        block_size(config),
+        dim=m.dim,
+        depth=m.num_layers,
+        num_heads=m.num_heads,
+        ffn_dim=m.ffn_dim,
+        mechanism=config.attention.name,
+        positions=m.positions,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        norm_first=m.norm_first,
+        embedding_std=m.embedding_std,
+        tie_embeddings=m.tie_embeddings,
+        block_skip=m.block_skip,
+        out_proj=m.out_proj,
+        **config.attention.options,
     )

@@ -1,0 +1,255 @@
+"""What the one training loop optimises and reports, per kind of task.
+
+An :class:`Objective` owns a task's data and says how batches are drawn and scored: which
+examples a split has, the tensors of a batch, the model's logits and loss, the summed
+statistics of a batch, the metrics they give, which validation result is the best, and the
+task's entries of ``results.json``. Two exist: :class:`Classification` (the LRA tasks; best =
+highest accuracy) and :class:`LanguageModelling` (task ``lm``: next-token prediction over
+contiguous blocks of a corpus; best = lowest loss).
+
+Summed statistics are ``[loss_sum, correct, count]`` (count: examples or target tokens), so
+that processes and batches add them up before any division.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data import DataFormatError, LMData, TaskData, unigram_bits_per_byte
+from .batches import key_mask, majority_baseline, make_batch
+from .config import RunConfig
+from .tasks import block_size
+
+SPLITS = ("train", "valid", "test")
+
+
+class Objective(ABC):
+    """A task's batches, loss and metrics (see the module docstring).
+
+    Attributes:
+        task: the task's name.
+        best_metric, higher_is_better: the validation metric that picks the best checkpoint.
+        count_key: the metric counting what was scored (left out of the training logs).
+        shown: the training metrics on the progress bar.
+    """
+
+    task: str
+    best_metric: str
+    higher_is_better: bool
+    count_key: str
+    shown: tuple[str, ...]
+
+    @abstractmethod
+    def size(self, split: str) -> int:
+        """How many examples (blocks) ``split`` has."""
+
+    def eval_index(self, split: str, limit: int | None, seed: int) -> Tensor:
+        """The examples an evaluation of ``split`` reads: all of them in order, or the first
+        ``limit``."""
+        return torch.arange(min(self.size(split), limit or self.size(split)))
+
+    @abstractmethod
+    def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
+        """The tensors of examples ``index`` of ``split`` on ``device``."""
+
+    @abstractmethod
+    def forward(self, net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        """The model's logits on ``batch``."""
+
+    @abstractmethod
+    def loss(self, logits: Tensor, batch: dict[str, Tensor], reduction: str = "mean") -> Tensor:
+        """The cross-entropy of ``logits`` (its mean or sum over what is scored)."""
+
+    @abstractmethod
+    def counts(self, logits: Tensor, batch: dict[str, Tensor]) -> tuple[int, int]:
+        """How many predictions are right, and how many were scored."""
+
+    @abstractmethod
+    def metrics(self, sums: list[float], split: str) -> dict[str, float]:
+        """The metrics of summed statistics ``[loss_sum, correct, count]`` over ``split``."""
+
+    def rates(self, steps: int, seconds: float, batch_size: int) -> dict[str, float]:
+        """Throughput after ``steps`` optimiser steps in ``seconds`` of training."""
+        return {"steps_per_s": steps / max(seconds, 1e-9)}
+
+    def improved(self, metrics: dict[str, float], best: dict[str, float] | None) -> bool:
+        """Whether validation ``metrics`` beat the ``best`` so far."""
+        if best is None:
+            return True
+        new, old = metrics[self.best_metric], best[self.best_metric]
+        return new > old if self.higher_is_better else new < old
+
+    @abstractmethod
+    def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
+        """The task's entries of ``results.json`` (test metrics, best validation, baseline,
+        data description)."""
+
+    @abstractmethod
+    def summary(self, results: dict[str, Any]) -> str:
+        """The line a finished run prints."""
+
+
+class Classification(Objective):
+    """Sequence (pair) classification of an LRA task; best = highest validation accuracy."""
+
+    best_metric, higher_is_better = "accuracy", True
+    count_key = "examples"
+    shown = ("loss", "accuracy", "steps_per_s")
+
+    def __init__(self, data: TaskData, *, pad_id_mask: bool) -> None:
+        self.data, self.pad_id_mask, self.task = data, pad_id_mask, data.task
+
+    def size(self, split: str) -> int:
+        return len(getattr(self.data, split))
+
+    def eval_index(self, split: str, limit: int | None, seed: int) -> Tensor:
+        """Every example in order, or the first ``limit`` of a fixed shuffled order."""
+        n = self.size(split)
+        if limit is not None and limit < n:
+            generator = torch.Generator().manual_seed(seed)
+            return torch.randperm(n, generator=generator)[:limit]
+        return torch.arange(n)
+
+    def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
+        return make_batch(getattr(self.data, split), index, device)
+
+    def forward(self, net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        mask = key_mask(batch["tokens"], batch["lengths"], self.pad_id_mask)
+        if "tokens2" in batch:
+            mask2 = key_mask(batch["tokens2"], batch["lengths2"], self.pad_id_mask)
+            return net(batch["tokens"], batch["tokens2"], mask, mask2)
+        return net(batch["tokens"], mask)
+
+    def loss(self, logits: Tensor, batch: dict[str, Tensor], reduction: str = "mean") -> Tensor:
+        return F.cross_entropy(logits.float(), batch["labels"], reduction=reduction)
+
+    def counts(self, logits: Tensor, batch: dict[str, Tensor]) -> tuple[int, int]:
+        labels = batch["labels"]
+        return int((logits.argmax(-1) == labels).sum().item()), len(labels)
+
+    def metrics(self, sums: list[float], split: str) -> dict[str, float]:
+        loss, correct, n = sums
+        return {"loss": loss / max(n, 1), "accuracy": correct / max(n, 1), "examples": int(n)}
+
+    def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
+        return {
+            "test_accuracy": test["accuracy"],
+            "test_loss": test["loss"],
+            "test_examples": test["examples"],
+            "best_valid_accuracy": None if best is None else best["accuracy"],
+            "majority_baseline": majority_baseline(self.data),
+            "data": {k: v for k, v in self.data.info.items() if k != "vocabulary"},
+        }
+
+    def summary(self, results: dict[str, Any]) -> str:
+        return (
+            f"test accuracy {results['test_accuracy']:.4f} (best valid "
+            f"{results['best_valid_accuracy']} at step {results['best_step']}); majority "
+            f"baseline {results['majority_baseline']:.4f}"
+        )
+
+
+class LanguageModelling(Objective):
+    """Next-token prediction over contiguous blocks of ``block_size + 1`` tokens of each split
+    (inputs: the first ``block_size``; targets: the same shifted by one), so an evaluation
+    scores every token of the split's full blocks once; best = lowest validation loss.
+
+    Metrics: ``loss`` (nats per token), ``perplexity`` = exp(loss), next-token ``accuracy``
+    and ``bits_per_byte`` = summed nats / ln 2 / the UTF-8 bytes the scored targets stand for
+    (exact for bytes; for subword tokens, targets × the split's bytes per token).
+
+    Raises:
+        DataFormatError: a split holds less than one block.
+    """
+
+    task = "lm"
+    best_metric, higher_is_better = "loss", False
+    count_key = "tokens"
+    shown = ("loss", "bits_per_byte", "tokens_per_s")
+
+    def __init__(self, data: LMData, block_size: int) -> None:
+        self.data, self.block_size = data, block_size
+        self.blocks: dict[str, Tensor] = {}
+        for split in SPLITS:
+            tokens = data.split(split)
+            if len(tokens) < block_size + 1:
+                raise DataFormatError(
+                    f"the {split} split has {len(tokens)} tokens, fewer than one block of "
+                    f"data.block_size + 1 = {block_size + 1}: give a longer corpus or a smaller "
+                    f"--block-size"
+                )
+            self.blocks[split] = tokens.unfold(0, block_size + 1, block_size)  # a view
+
+    def size(self, split: str) -> int:
+        return self.blocks[split].shape[0]
+
+    def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
+        rows = self.blocks[split][index].long()
+        inputs, targets = rows[:, :-1], rows[:, 1:]
+        return {
+            "inputs": inputs.to(device, non_blocking=True),
+            "targets": targets.to(device, non_blocking=True),
+        }
+
+    def forward(self, net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        return net(batch["inputs"])  # (B, L, V)
+
+    def loss(self, logits: Tensor, batch: dict[str, Tensor], reduction: str = "mean") -> Tensor:
+        targets = batch["targets"]
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction=reduction)
+
+    def counts(self, logits: Tensor, batch: dict[str, Tensor]) -> tuple[int, int]:
+        targets = batch["targets"]
+        return int((logits.argmax(-1) == targets).sum().item()), targets.numel()
+
+    def metrics(self, sums: list[float], split: str) -> dict[str, float]:
+        nats, correct, n = sums
+        loss = nats / max(n, 1)
+        scored_bytes = n * self.data.bytes_per_token(split)
+        return {
+            "loss": loss,
+            "perplexity": math.exp(loss) if loss < 700 else math.inf,
+            "accuracy": correct / max(n, 1),
+            "bits_per_byte": nats / math.log(2) / max(scored_bytes, 1e-9),
+            "tokens": int(n),
+        }
+
+    def rates(self, steps: int, seconds: float, batch_size: int) -> dict[str, float]:
+        tokens = steps * batch_size * self.block_size
+        return {
+            "steps_per_s": steps / max(seconds, 1e-9),
+            "tokens_per_s": tokens / max(seconds, 1e-9),
+        }
+
+    def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
+        results: dict[str, Any] = {f"test_{k}": v for k, v in test.items()}
+        for key in ("loss", "perplexity", "bits_per_byte", "accuracy"):
+            results[f"best_valid_{key}"] = None if best is None else best[key]
+        results["unigram_bits_per_byte"] = unigram_bits_per_byte(self.data)
+        results["block_size"] = self.block_size
+        results["corpus"] = self.data.info
+        results["tokenizer"] = self.data.tokenizer.describe()
+        return results
+
+    def summary(self, results: dict[str, Any]) -> str:
+        best = results["best_valid_bits_per_byte"]
+        shown = "none" if best is None else f"{best:.4f}"
+        return (
+            f"test loss {results['test_loss']:.4f} (perplexity {results['test_perplexity']:.3f},"
+            f" {results['test_bits_per_byte']:.4f} bits per byte); best valid {shown} bits per "
+            f"byte at step {results['best_step']}; unigram baseline "
+            f"{results['unigram_bits_per_byte']:.4f} bits per byte"
+        )
+
+
+def build_objective(config: RunConfig, data: TaskData | LMData) -> Objective:
+    """The objective of ``config.data.task`` over ``data``."""
+    if isinstance(data, LMData):
+        return LanguageModelling(data, block_size(config))
+    return Classification(data, pad_id_mask=config.data.pad_id_mask)

@@ -1,0 +1,122 @@
+"""The papers' settings per task: preset name → task → dotted config key → value.
+
+:func:`kattn.train.preset` turns one into a :class:`~kattn.train.RunConfig`; the dataclass
+defaults of :mod:`kattn.train.config` are Skyformer's, so a preset lists what differs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: the tasks that every classification preset covers.
+_CLASSIFICATION = ("listops", "text", "retrieval", "image", "pathfinder")
+
+#: the optimiser and model conventions shared by the official LRA configs and the KL-Transformer:
+#: AdamW β₂ 0.98, eps 1e-9, weight decay 0.1, linear warm-up then rsqrt decay, no clipping,
+#: N(0, 1) embeddings, CLS head of the MLP width.
+_LRA: dict[str, Any] = {
+    "optim.beta2": 0.98, "optim.eps": 1e-9, "optim.weight_decay": 0.1, "optim.schedule": "rsqrt",
+    "optim.grad_clip_value": None, "model.embedding_std": 1.0,
+}  # fmt: skip
+
+
+def _model(dim: int, layers: int, heads: int, mlp: int, pooling: str, positions: str) -> dict:
+    return {
+        "model.dim": dim, "model.num_layers": layers, "model.num_heads": heads,
+        "model.ffn_dim": mlp, "model.head_hidden": mlp, "model.pooling": pooling,
+        "model.positions": positions,
+    }  # fmt: skip
+
+
+#: per-task settings of the papers: name → task → dotted key → value.
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
+    # Skyformer / Nyströmformer LRA code (implementation notes §A.6): 2 layers, dim 64, 2 heads,
+    # FFN 128, mean pooling, pre-LN, dropout 0.1, AdamW eps 1e-6, one-cycle, value clipping 1,
+    # 50k steps, best checkpoint after 20 % of them; ListOps/Text cut to 2000/4000, padded to
+    # a power of two.
+    "skyformer": {
+        "listops": {"train.batch_size": 32, "optim.lr": 1e-4, "optim.warmup_steps": 1000,
+                    "train.eval_every": 500, "train.eval_batches": 62, "data.max_len": 2048,
+                    "data.truncate": 2000, "data.tokenization": "legacy"},
+        "text": {"train.batch_size": 32, "optim.lr": 1e-4, "optim.warmup_steps": 80,
+                 "train.eval_every": 500, "train.eval_batches": 200, "data.max_len": 4096,
+                 "data.truncate": 4000},
+        "retrieval": {"train.batch_size": 16, "optim.lr": 2e-4, "optim.warmup_steps": 800,
+                      "train.eval_every": 1000, "train.eval_batches": 300, "data.max_len": 4096,
+                      "data.truncate": 4000},
+        "image": {"train.batch_size": 256, "optim.lr": 1e-4, "optim.warmup_steps": 175,
+                  "train.eval_every": 50, "train.eval_batches": 20, "data.max_len": 1024},
+        "pathfinder": {"train.batch_size": 128, "optim.lr": 2e-4, "optim.warmup_steps": 312,
+                       "train.eval_every": 500, "train.eval_batches": 156,
+                       "data.max_len": 1024},
+    },
+    # The official LRA configs (JAX, implementation notes §D.5).
+    "lra": {
+        "listops": {**_LRA, **_model(512, 4, 8, 1024, "cls", "sinusoidal"),
+                    "optim.lr": 0.05, "optim.warmup_steps": 1000, "train.steps": 5000,
+                    "train.eval_every": 50, "train.batch_size": 32, "data.max_len": 2000},
+        "text": {**_LRA, **_model(256, 4, 4, 1024, "cls", "sinusoidal"),
+                 "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 20000,
+                 "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 1000},
+        "retrieval": {**_LRA, **_model(128, 4, 4, 512, "cls", "sinusoidal"),
+                      "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 5000,
+                      "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
+        "image": {**_LRA, **_model(128, 1, 8, 128, "cls", "learned"),
+                  "model.dropout": 0.3, "model.attention_dropout": 0.2,
+                  "optim.lr": 5e-4, "optim.warmup_steps": 175, "optim.schedule": "cosine",
+                  "optim.weight_decay": 0.0, "train.steps": 35000, "train.eval_every": 175,
+                  "train.batch_size": 256, "data.max_len": 1024},
+        "pathfinder": {**_LRA, **_model(32, 4, 4, 32, "mean", "sinusoidal"),
+                       "model.dropout": 0.2, "optim.lr": 1e-3, "optim.warmup_steps": 312,
+                       "optim.schedule": "cosine", "optim.weight_decay": 0.0,
+                       "train.steps": 62400, "train.eval_every": 312,
+                       "train.batch_size": 512, "data.max_len": 1024},
+    },
+    # The KL-Transformer (seed 004, Table 4; no Pathfinder there).
+    "kl": {
+        "listops": {**_LRA, **_model(512, 6, 8, 2048, "cls", "sinusoidal"),
+                    "optim.lr": 5e-3, "optim.warmup_steps": 1000, "train.steps": 10000,
+                    "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 2000},
+        "text": {**_LRA, **_model(256, 4, 4, 1024, "cls", "sinusoidal"),
+                 "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 20000,
+                 "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
+        "retrieval": {**_LRA, **_model(128, 4, 4, 512, "cls", "sinusoidal"),
+                      "optim.lr": 0.05, "optim.warmup_steps": 8000, "train.steps": 5000,
+                      "train.eval_every": 500, "train.batch_size": 32, "data.max_len": 4000},
+        "image": {**_LRA, **_model(128, 1, 8, 128, "cls", "learned"),
+                  "model.dropout": 0.3, "optim.lr": 5e-4, "optim.warmup_steps": 175,
+                  "optim.schedule": "cosine", "optim.weight_decay": 0.0, "train.steps": 35200,
+                  "train.eval_every": 176, "train.batch_size": 256, "data.max_len": 1024},
+    },
+    # Minutes on a CPU: the Skyformer model without dropout, a larger learning rate and few
+    # steps (the embedded default of `kattn train --task listops`: short generated expressions);
+    # for lm a 2-layer byte-level decoder on the embedded standard-library corpus.
+    "small": {
+        **{task: {"optim.lr": 1e-3, "optim.warmup_steps": 100, "train.steps": 3000,
+                  "train.eval_every": 500, "train.batch_size": 64, "model.dropout": 0.0,
+                  "model.attention_dropout": 0.0}
+           for task in _CLASSIFICATION},
+        "lm": {"model.dim": 128, "model.num_layers": 2, "model.num_heads": 4,
+               "model.ffn_dim": 512, "model.dropout": 0.0, "model.attention_dropout": 0.0,
+               "data.block_size": 256, "train.batch_size": 16, "train.steps": 1000,
+               "train.eval_every": 200, "train.eval_batches": 8, "optim.lr": 2e-3,
+               "optim.schedule": "cosine", "optim.warmup_steps": 100, "optim.beta2": 0.99,
+               "optim.weight_decay": 0.01, "optim.grad_clip_value": None,
+               "optim.grad_clip_norm": 1.0},
+    },
+    # Seed 000's WikiText-103 decoder (its §4.2 and appendix A.2): 6 layers, 8 heads, dim 512,
+    # FFN 2048, M = 64 random features, blocks of 512, batch 64, dropout 0.1, weight decay
+    # 0.01, Adam (0.9, 0.98) eps 1e-6, 150k steps, 6k warm-up then inverse square root with a
+    # peak of 2e-3 (kattn's rsqrt peaks at lr/√w, hence lr = 2e-3·√6000).
+    "luo-lm": {
+        "lm": {"model.dim": 512, "model.num_layers": 6, "model.num_heads": 8,
+               "model.ffn_dim": 2048, "model.dropout": 0.1, "model.attention_dropout": 0.0,
+               "model.positions": "sinusoidal", "attention.name": "performer",
+               "attention.options.num_features": 64, "data.block_size": 512,
+               "train.batch_size": 64, "train.steps": 150000, "train.eval_every": 2000,
+               "optim.lr": 2e-3 * math.sqrt(6000), "optim.warmup_steps": 6000,
+               "optim.schedule": "rsqrt", "optim.beta2": 0.98, "optim.eps": 1e-6,
+               "optim.weight_decay": 0.01, "optim.grad_clip_value": None},
+    },
+}  # fmt: skip

@@ -1,0 +1,51 @@
+"""A finished (or interrupted) run's model, read back from its run folder.
+
+A language-model run folder is self-contained: ``config.json`` gives the model, ``best.pt`` or
+``last.pt`` its weights, and the tokenizer is UTF-8 bytes or the file copied into the folder.
+A classification run's model sizes come from its task data, which is read again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from torch import nn
+
+from ..data import Tokenizer
+from .checkpoint import BEST, LAST, load_checkpoint
+from .config import RunConfig
+from .distributed import Processes, resolve_device
+from .tasks import build_lm, build_model, load_task, run_tokenizer
+
+CONFIG = "config.json"
+
+
+def load_trained_model(
+    run_dir: str | Path, checkpoint: str = "best", device: str = "cpu"
+) -> tuple[nn.Module, RunConfig, Tokenizer | None]:
+    """The model of a run with its ``best`` (or ``last``) weights, in eval mode on ``device``
+    (``auto``: CUDA when available), the run's config and its tokenizer (None for a
+    classification run).
+
+    Raises:
+        ValueError: ``run_dir`` is not a run folder, or ``checkpoint`` is not best/last.
+        FileNotFoundError: the checkpoint does not exist (yet).
+    """
+    run = Path(run_dir)
+    if checkpoint not in ("best", "last"):
+        raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
+    if not (run / CONFIG).is_file():
+        raise ValueError(f"{run} is not a run folder (no {CONFIG})")
+    config = RunConfig.from_dict(json.loads((run / CONFIG).read_text()))
+    tokenizer: Tokenizer | None = None
+    model: nn.Module
+    if config.data.task == "lm":
+        tokenizer = run_tokenizer(run, config)
+        model = build_lm(config, tokenizer.vocab_size)
+    else:
+        model = build_model(config, load_task(config))
+    target = resolve_device(device, Processes())
+    saved = load_checkpoint(run / (BEST if checkpoint == "best" else LAST), target)
+    model.load_state_dict(saved["model"])
+    return model.to(target).eval(), config, tokenizer
