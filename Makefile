@@ -36,6 +36,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/rpe_speed.py
 	$(BIN)/python benchmarks/nystrom_speed.py
 	$(BIN)/python benchmarks/learned_speed.py
+	$(BIN)/python benchmarks/lm_speed.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -68,3 +68,22 @@ def test_cli_writes_the_report(tmp_path, capsys):
     assert main(["report", str(tmp_path / "run"), "--out", str(out)]) == 0
     assert out.read_text().startswith("# kattn report")
     assert "written:" in capsys.readouterr().out
+
+
+def test_language_model_runs_get_their_own_table(tmp_path):
+    make_run(tmp_path / "runs" / "cls", "softmax", 0.42)
+    for name, mechanism, bpb in (("lm-a", "performer", 2.9), ("lm-b", "softmax", 2.5)):
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        results = {"task": "lm", "mechanism": mechanism, "steps": 100, "test_accuracy": 0.4,
+                   "test_bits_per_byte": bpb, "best_valid_bits_per_byte": bpb + 0.1,
+                   "unigram_bits_per_byte": 4.52, "test_perplexity": 5.7, "wall_time_s": 60,
+                   "tokens_per_s": 4000.0, "peak_memory_bytes": 1 << 20}  # fmt: skip
+        (folder / "results.json").write_text(json.dumps(results))
+    text = build_report([tmp_path / "runs"], tmp_path / "report.md")
+    lm = text.split("## Language-model runs")[1].split("## Training runs")[0]
+    rows = [line for line in lm.splitlines() if line.startswith("| `")]
+    assert [r.split(" | ")[0] for r in rows] == ["| `lm-b`", "| `lm-a`"]
+    assert "**2.500**" in rows[0] and "4.520" in rows[0] and "4,000" in rows[0]
+    classification = text.split("## Training runs")[1]
+    assert "`cls`" in classification and "lm-a" not in classification

@@ -88,6 +88,33 @@ def runs_table(runs: Sequence[tuple[Path, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+LM_COLUMNS = (
+    "run", "mechanism", "steps", "test bits/byte", "best valid bits/byte", "unigram bits/byte",
+    "test perplexity", "time", "tokens/s", "peak memory", "parameters", "device",
+)  # fmt: skip
+
+
+def lm_table(runs: Sequence[tuple[Path, dict[str, Any]]]) -> str:
+    """One row per language-model run, lowest test bits per byte first."""
+    lines = ["| " + " | ".join(LM_COLUMNS) + " |", "|---" * len(LM_COLUMNS) + "|"]
+
+    def num(x: Any, fmt: str) -> str:
+        return format(x, fmt) if isinstance(x, (int, float)) else "—"
+
+    for folder, r in sorted(runs, key=lambda r: r[1].get("test_bits_per_byte", 0)):
+        cells = [
+            f"`{folder.name}`", _mechanism(r), f"{r.get('steps', '?')}",
+            f"**{num(r.get('test_bits_per_byte'), '.3f')}**",
+            num(r.get("best_valid_bits_per_byte"), ".3f"),
+            num(r.get("unigram_bits_per_byte"), ".3f"), num(r.get("test_perplexity"), ".2f"),
+            f"{r.get('wall_time_s', 0):.0f} s", num(r.get("tokens_per_s"), ",.0f"),
+            _mib(r.get("peak_memory_bytes")), f"{r.get('num_parameters', 0):,}",
+            str(r.get("device", "?")),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _validation_curve(folder: Path) -> list[tuple[int, float]]:
     path = folder / "metrics.jsonl"
     if not path.exists():
@@ -170,6 +197,14 @@ def build_report(paths: Sequence[str | Path], out: Path) -> str:
         )
     parts = [f"# kattn report\n\nGathered on {date.today().isoformat()} from "
              + ", ".join(f"`{p}`" for p in paths) + "."]  # fmt: skip
+    lm = [(f, r) for f, r in found.runs if r.get("task") == "lm"]
+    if lm:
+        parts.append(
+            "## Language-model runs\n\n" + lm_table(lm) + "\n\nBits per byte of the best "
+            "checkpoint; the unigram baseline is the validation split under the training "
+            "split's token frequencies."
+        )
+    found.runs = [(f, r) for f, r in found.runs if r.get("task") != "lm"]
     if found.runs:
         section = "## Training runs\n\n" + runs_table(found.runs)
         section += (

@@ -56,7 +56,27 @@ def causal_step_sums(
     new_offset = torch.maximum(prev, s_t.detach())
     decay = exp_nonpositive(prev - new_offset)[..., None]  # (B, H, 1)
     fk = fk * exp_nonpositive(s_t - new_offset)[..., None]
-    kv, k_sum = kv * decay[..., None], k_sum * decay
-    kv = kv + fk[..., :, None] * v[..., None, :]
+    if torch.is_grad_enabled() and (kv.requires_grad or fk.requires_grad or v.requires_grad):
+        kv, k_sum = kv * decay[..., None], k_sum * decay
+        kv = kv + fk[..., :, None] * v[..., None, :]
+    else:
+        kv, k_sum = _decayed_update(kv, k_sum, decay, fk, v)
     k_sum = k_sum + fk
     return fq @ kv, fq @ k_sum[..., None], LinearState(kv, k_sum, new_offset)
+
+
+def _decayed_update(
+    kv: Tensor, k_sum: Tensor, decay: Tensor, fk: Tensor, v: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``(decay · kv + fk vᵀ, decay · k_sum)`` without a graph, in as few passes over the
+    ``(B, H, M, Dv)`` state as possible (decoding is bound by them): a fresh tensor, so the
+    caller's state stays valid. When no factor differs from 1 (the running offset did not move,
+    checked on the CPU where it costs nothing) the rescaling pass is skipped."""
+    b, h, m, dv = kv.shape
+    outer = (fk.reshape(b * h, m, 1), v.reshape(b * h, 1, dv))
+    if kv.device.type == "cpu" and bool((decay == 1).all()):
+        new = torch.baddbmm(kv.reshape(b * h, m, dv), *outer)
+    else:
+        new = (kv * decay[..., None]).reshape(b * h, m, dv).baddbmm_(*outer)
+        k_sum = k_sum * decay
+    return new.view(b, h, m, dv), k_sum
