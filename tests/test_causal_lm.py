@@ -78,8 +78,11 @@ def test_a_mechanism_without_causal_form_is_refused():
 
 def test_learned_positions_bound_the_length_and_sinusoidal_ones_do_not():
     model = _lm("performer")
-    with pytest.raises(ValueError, match="beyond max_len"):
+    with pytest.raises(ValueError, match="max_len=64"):
         model(torch.zeros(1, 65, dtype=torch.long))
+    _, state = model.prefill(torch.zeros(1, 64, dtype=torch.long))
+    with pytest.raises(ValueError, match="beyond max_len"):
+        model.step(torch.zeros(1, dtype=torch.long), state)
     free = _lm("performer", positions="sinusoidal")
     out = free.generate(torch.zeros(1, 60, dtype=torch.long), 10, temperature=0)
     assert out.shape == (1, 70)

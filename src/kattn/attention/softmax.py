@@ -90,17 +90,8 @@ class SoftmaxAttention(Attention):
     def _step(
         self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: KVCache
     ) -> tuple[Tensor, KVCache]:
-        if not isinstance(state, KVCache):
-            raise ValueError(
-                f"state must be a KVCache (from init_state), got {type(state).__name__}"
-            )
-        keys, values, length = state
-        b, h, _, dv = v_t.shape
-        if keys.shape[:2] != (b, h) or (length and values.shape[-1] != dv):
-            raise ValueError(
-                f"state holds keys {tuple(keys.shape)} and values {tuple(values.shape)}; "
-                f"this step has batch {b}, heads {h}, value dim {dv}"
-            )
+        keys, values, length = _checked_cache(state, v_t)
+        dv = v_t.shape[-1]
         keys, values = keys.to(k_t.dtype), values.to(v_t.dtype)
         if torch.is_grad_enabled() and any(x.requires_grad for x in (q_t, k_t, v_t, keys, values)):
             # differentiable: no writes into tensors that earlier steps' graphs hold
@@ -120,17 +111,8 @@ class SoftmaxAttention(Attention):
     def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
         """The L new queries attend to the cached keys and, causally, to the new ones; the
         new keys and values are appended to the cache in one copy."""
-        if not isinstance(state, KVCache):
-            raise ValueError(
-                f"state must be a KVCache (from init_state), got {type(state).__name__}"
-            )
-        keys, values, length = state
-        b, h, n, dv = v.shape
-        if keys.shape[:2] != (b, h) or (length and values.shape[-1] != dv):
-            raise ValueError(
-                f"state holds keys {tuple(keys.shape)} and values {tuple(values.shape)}; "
-                f"these tokens have batch {b}, heads {h}, value dim {dv}"
-            )
+        keys, values, length = _checked_cache(state, v)
+        n = v.shape[2]
         keys = torch.cat([keys[:, :, :length].to(k.dtype), k], dim=2)
         values = torch.cat([values[:, :, :length].to(v.dtype), v], dim=2) if length else v
         if length:  # query i (position length + i) sees keys 0 … length + i
@@ -148,6 +130,20 @@ class SoftmaxAttention(Attention):
             f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
             f"scale={self.scale}, dropout={self.dropout}"
         )
+
+
+def _checked_cache(state: Any, v: Tensor) -> KVCache:
+    """``state`` if it is a cache for values like ``v`` ``(B, H, L, Dv)``, else ValueError."""
+    if not isinstance(state, KVCache):
+        raise ValueError(f"state must be a KVCache (from init_state), got {type(state).__name__}")
+    keys, values, length = state
+    b, h, _, dv = v.shape
+    if keys.shape[:2] != (b, h) or (length and values.shape[-1] != dv):
+        raise ValueError(
+            f"state holds keys {tuple(keys.shape)} and values {tuple(values.shape)}; "
+            f"these tokens have batch {b}, heads {h}, value dim {dv}"
+        )
+    return state
 
 
 def _grow(keys: Tensor, values: Tensor, length: int, dv: int) -> tuple[Tensor, Tensor]:

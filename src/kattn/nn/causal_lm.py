@@ -1,8 +1,9 @@
 """A decoder-only language model whose attention is any causal kattn mechanism.
 
-Token embedding (plus learned or sinusoidal positions, or none when the mechanism's relative
-positions are enough), ``depth`` causal :class:`~kattn.nn.encoder.EncoderLayer` blocks, a final
-LayerNorm (pre-LN) and a linear head onto the vocabulary, tied to the embedding by default.
+A :class:`~kattn.nn.encoder.TransformerEncoder` run causally (token embedding plus learned or
+sinusoidal positions, or none when the mechanism's relative positions are enough; ``depth``
+blocks; a final LayerNorm in the pre-LN form) and a linear head onto the vocabulary, tied to
+the embedding by default.
 
 Decoding keeps one state per layer: the recurrent state of kernelized mechanisms (constant
 memory and time per token), the key/value cache of ``softmax``. :meth:`CausalLM.prefill`
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .encoder import POSITIONS, EncoderLayer, shared_rpe_options, sinusoidal_positions
+from .encoder import TransformerEncoder
 from .generation import generate
 
 
@@ -45,8 +46,9 @@ class CausalLM(nn.Module):
             8, 2048).
         mechanism, **options: the attention of every layer (it needs ``supports_causal``) and
             its options.
-        positions: ``"learned"`` (sequences up to ``max_len``), ``"sinusoidal"`` (any length)
-            or ``"none"`` (relative positions of the mechanism only, e.g. ``rpe="decay"``).
+        positions: ``"learned"`` (up to ``max_len``), ``"sinusoidal"`` (decoding may go past
+            ``max_len``) or ``"none"`` (the mechanism's relative positions only, e.g.
+            ``rpe="decay"``).
         dropout, attention_dropout, norm_first, block_skip, out_proj: of the blocks (see
             :class:`~kattn.nn.encoder.EncoderLayer`); dropout also follows the embedding.
         embedding_std: std of the normal init of the token and position embeddings.
@@ -76,53 +78,47 @@ class CausalLM(nn.Module):
         **options: Any,
     ) -> None:
         super().__init__()
-        if positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
-        if vocab_size < 1 or max_len < 1 or depth < 1:
-            raise ValueError(
-                f"vocab_size, max_len and depth must be positive, got {vocab_size}, {max_len}, "
-                f"{depth}"
-            )
         self.vocab_size, self.max_len, self.positions = vocab_size, max_len, positions
         self.mechanism = mechanism
-        if share_rpe:
-            options = shared_rpe_options(mechanism, num_heads, max_len, options)
-        self.embedding = nn.Embedding(vocab_size, dim)
-        self.position: nn.Embedding | None = None
-        if positions == "learned":
-            self.position = nn.Embedding(max_len, dim)
-        self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(
-            EncoderLayer(
-                dim,
-                num_heads,
-                ffn_dim,
-                mechanism=mechanism,
-                max_len=max_len,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                norm_first=norm_first,
-                block_skip=block_skip,
-                out_proj=out_proj,
-                **options,
-            )
-            for _ in range(depth)
+        self.encoder = TransformerEncoder(
+            vocab_size,
+            max_len,
+            dim=dim,
+            depth=depth,
+            num_heads=num_heads,
+            ffn_dim=ffn_dim,
+            mechanism=mechanism,
+            positions=positions,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            norm_first=norm_first,
+            embedding_std=embedding_std,
+            block_skip=block_skip,
+            out_proj=out_proj,
+            share_rpe=share_rpe,
+            **options,
         )
         if not all(a.supports_causal for a in self.attentions()):
             raise ValueError(
                 f"mechanism {mechanism!r} has no causal form (supports_causal is False): a "
                 "language model needs one; see kattn list"
             )
-        self.norm = nn.LayerNorm(dim) if norm_first else nn.Identity()
         self.head = nn.Linear(dim, vocab_size, bias=False)
-        nn.init.normal_(self.embedding.weight, std=embedding_std)
-        if self.position is not None:
-            nn.init.normal_(self.position.weight, std=embedding_std)
         self.tie_embeddings = tie_embeddings
         if tie_embeddings:
-            self.head.weight = self.embedding.weight
+            self.head.weight = self.encoder.embedding.weight
         else:
             nn.init.normal_(self.head.weight, std=embedding_std)
+
+    @property
+    def embedding(self) -> nn.Embedding:
+        """The token embedding (the output head's weight when tied)."""
+        return self.encoder.embedding
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        """The :class:`~kattn.nn.encoder.EncoderLayer` blocks."""
+        return self.encoder.layers
 
     def attentions(self) -> list[Any]:
         """The attention mechanism of every layer."""
@@ -136,39 +132,15 @@ class CausalLM(nn.Module):
     # ---------------------------------------------------------------------------- forward
     def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
         """Embeddings ``(B, L, dim)`` of tokens at positions ``start … start + L − 1``."""
-        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
-            raise ValueError(
-                f"tokens must be (B, L) int64/int32 ids, got {tuple(tokens.shape)} {tokens.dtype}"
-            )
-        length = tokens.shape[1]
-        end = start + length
-        x = self.embedding(tokens)
-        if self.position is not None:
-            if end > self.max_len:
-                raise ValueError(
-                    f"position {end - 1} is beyond max_len={self.max_len} of the learned "
-                    "positions: build the model with a larger max_len, or with "
-                    "positions='sinusoidal' or 'none' for unbounded decoding"
-                )
-            x = x + self.position.weight[start:end]
-        elif self.positions == "sinusoidal":
-            table = sinusoidal_positions(length, x.shape[-1], start)
-            x = x + table.to(device=x.device, dtype=x.dtype)
-        return self.dropout(x)
+        return self.encoder.embed(_checked(tokens), start)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """``tokens (B, L)`` → logits ``(B, L, vocab_size)``; position i sees tokens ≤ i."""
-        x = self.embed(tokens)
-        for layer in self.layers:
-            x = layer(x, causal=True)
-        return self.head(self.norm(x))
+        return self.head(self.encoder(_checked(tokens), causal=True))
 
     def regularization_loss(self) -> Tensor:
         """Sum of the attention mechanisms' penalties (0 for most mechanisms)."""
-        total = torch.zeros((), device=self.embedding.weight.device)
-        for attention in self.attentions():
-            total = total + attention.regularization_loss()
-        return total
+        return self.encoder.regularization_loss()
 
     # ---------------------------------------------------------------------------- decoding
     def prefill(
@@ -187,7 +159,7 @@ class CausalLM(nn.Module):
         x = self.embed(tokens, start)
         for i, layer in enumerate(self.layers):
             x, layers[i] = layer.decode(x, layers[i])  # type: ignore[operator]
-        return self.head(self.norm(x)), DecodingState(start + tokens.shape[1], layers)
+        return self.head(self.encoder.norm(x)), DecodingState(start + tokens.shape[1], layers)
 
     def step(self, token: Tensor, state: DecodingState) -> tuple[Tensor, DecodingState]:
         """One token per sequence, ``token (B,)``, after ``state``: the logits
@@ -211,3 +183,11 @@ class CausalLM(nn.Module):
         :func:`kattn.nn.generation.generate` for the options (temperature, top_k, top_p,
         generator, eos_id, strategy)."""
         return generate(self, prompt, max_new_tokens, **options)
+
+
+def _checked(tokens: Tensor) -> Tensor:
+    if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"tokens must be (B, L) int64/int32 ids, got {tuple(tokens.shape)} {tokens.dtype}"
+        )
+    return tokens

@@ -212,19 +212,30 @@ class TransformerEncoder(nn.Module):
         if self.position is not None:
             nn.init.normal_(self.position.weight, std=embedding_std)
 
-    def embed(self, tokens: Tensor) -> Tensor:
-        """Token plus position embeddings, ``(B, L, dim)`` (``L + 1`` with the CLS first)."""
+    def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
+        """Token plus position embeddings, ``(B, L, dim)`` (``L + 1`` with the CLS first), of
+        tokens at positions ``start …`` (``start > 0``: decoding after earlier tokens)."""
         length = tokens.shape[1]
-        if length > self.max_len:
+        if start == 0 and length > self.max_len:
             raise ValueError(f"sequence length {length} exceeds max_len={self.max_len}")
         x = self.embedding(tokens)
         if self.cls is not None:
             x = torch.cat([self.cls.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
             length += 1
+        end = start + length
         if self.position is not None:
-            x = x + self.position.weight[:length]
+            if end > self.position.num_embeddings:
+                raise ValueError(
+                    f"position {end - 1} is beyond max_len={self.max_len} of the learned "
+                    "positions: build the model with a larger max_len, or with "
+                    "positions='sinusoidal' or 'none' for unbounded decoding"
+                )
+            x = x + self.position.weight[start:end]
         elif self.sinusoid is not None:
-            x = x + self.sinusoid[:length].to(x.dtype)
+            table = self.sinusoid[start:end] if end <= self.sinusoid.shape[0] else None
+            if table is None:  # beyond the table: the same formula, computed for these rows
+                table = sinusoidal_positions(length, x.shape[-1], start).to(x.device)
+            x = x + table.to(x.dtype)
         return self.dropout(x)
 
     def forward(

@@ -103,7 +103,7 @@ def generate(
         raise ValueError(
             f"prompt must be (B, L) or (L,) ids with L >= 1, got {tuple(prompt.shape)}"
         )
-    tokens = tokens.to(device=model.embedding.weight.device, dtype=torch.int64)
+    tokens = tokens.to(device=model.head.weight.device, dtype=torch.int64)
     if strategy == "auto":
         strategy = "recurrent" if model.supports_recurrent else "reencode"
         if strategy == "reencode":

@@ -53,7 +53,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     ids = tokenizer.encode(args.prompt)
     if not ids:
         raise ValueError("--prompt is empty once tokenised: give at least one token of text")
-    device = model.embedding.weight.device
+    device = model.head.weight.device
     prompt = torch.tensor([list(ids)] * args.num_samples, dtype=torch.int64, device=device)
     generator = torch.Generator(device=device).manual_seed(args.seed)
     started = time.perf_counter()
