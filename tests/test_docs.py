@@ -10,7 +10,14 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 @pytest.mark.parametrize(
     "page",
-    ["rpe.md", "nystrom.md", "learned-kernels.md", "feedforward-kernels.md", "simpletron.md"],
+    [
+        "rpe.md",
+        "nystrom.md",
+        "learned-kernels.md",
+        "feedforward-kernels.md",
+        "simpletron.md",
+        "language-modelling.md",
+    ],
 )
 def test_doc_examples_run(page):
     blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), flags=re.S)
