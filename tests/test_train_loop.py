@@ -19,7 +19,8 @@ from kattn.train.loop import Interrupted, evaluate_run, train
 from kattn.train.metrics import iter_records
 from kattn.train.schedules import build_optimizer, schedule_factor
 
-from .test_data_loaders import write_aan, write_cifar, write_imdb
+from .test_data_image import write_cifar
+from .test_data_text_retrieval import write_aan, write_imdb
 
 REQUIRED = (
     "task", "mechanism", "steps", "test_accuracy", "best_valid_accuracy", "wall_time_s",
