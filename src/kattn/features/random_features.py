@@ -96,7 +96,10 @@ class RandomFeatureMap(ResampledFeatureMap):
     def _project(self, x: Tensor, scale: float) -> Tensor:
         """``W (√scale·x)``, (B, H, L, M), with the scale folded into the small ``W``."""
         w = self.projection.to(x.dtype)
-        return x @ (w if scale == 1.0 else w * math.sqrt(scale)).T
+        w = w if scale == 1.0 else w * math.sqrt(scale)
+        # one (B·H·L, D) × (D, M) product: a head-strided x (a decoding step's query) would
+        # otherwise become a batched product over B·H copies of W
+        return (x.reshape(-1, x.shape[-1]) @ w.T).view(*x.shape[:-1], w.shape[0])
 
     def extra_repr(self) -> str:
         return (

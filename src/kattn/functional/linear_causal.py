@@ -50,6 +50,9 @@ class LinearState(NamedTuple):
         kv: ``(B, H, M, Dv)``, ``Σ_j exp(s_j − offset) φ̃(k_j) v_jᵀ``.
         k_sum: ``(B, H, M)``, ``Σ_j exp(s_j − offset) φ̃(k_j)`` (the normaliser).
         offset: ``(B, H)``, the running maximum of the key log-scales ``s_j``.
+
+    Steps without a graph update ``kv`` and ``k_sum`` in place (decoding is bound by passes
+    over them): continue from the latest state only; to branch, clone its tensors first.
     """
 
     kv: Tensor

@@ -58,25 +58,40 @@ def causal_step_sums(
     fk = fk * exp_nonpositive(s_t - new_offset)[..., None]
     if torch.is_grad_enabled() and (kv.requires_grad or fk.requires_grad or v.requires_grad):
         kv, k_sum = kv * decay[..., None], k_sum * decay
-        kv = kv + fk[..., :, None] * v[..., None, :]
+        kv, k_sum = kv + fk[..., :, None] * v[..., None, :], k_sum + fk
     else:
         kv, k_sum = _decayed_update(kv, k_sum, decay, fk, v)
-    k_sum = k_sum + fk
     return fq @ kv, fq @ k_sum[..., None], LinearState(kv, k_sum, new_offset)
 
 
 def _decayed_update(
     kv: Tensor, k_sum: Tensor, decay: Tensor, fk: Tensor, v: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """``(decay · kv + fk vᵀ, decay · k_sum)`` without a graph, in as few passes over the
-    ``(B, H, M, Dv)`` state as possible (decoding is bound by them): a fresh tensor, so the
-    caller's state stays valid. When no factor differs from 1 (the running offset did not move,
-    checked on the CPU where it costs nothing) the rescaling pass is skipped."""
+    """``(decay · kv + fk vᵀ, decay · k_sum + fk)`` without a graph, in as few passes over the
+    ``(B, H, M, Dv)`` state as possible: decoding is bound by them. The sums are updated in
+    place, as the key/value cache of softmax is, so a step consumes its input state (to branch,
+    clone it first); sums that cannot be written (leaves that require a gradient, inference
+    tensors outside inference mode, strided views) are copied instead. When no factor differs
+    from 1 (the running offset did not move, checked on the CPU where it costs nothing) the
+    rescaling pass is skipped."""
     b, h, m, dv = kv.shape
     outer = (fk.reshape(b * h, m, 1), v.reshape(b * h, 1, dv))
-    if kv.device.type == "cpu" and bool((decay == 1).all()):
-        new = torch.baddbmm(kv.reshape(b * h, m, dv), *outer)
-    else:
-        new = (kv * decay[..., None]).reshape(b * h, m, dv).baddbmm_(*outer)
-        k_sum = k_sum * decay
-    return new.view(b, h, m, dv), k_sum
+    unit = kv.device.type == "cpu" and bool((decay == 1).all())
+    if not (_writable(kv) and _writable(k_sum)):
+        kv, k_sum = kv.clone(), k_sum.clone()
+    flat = kv.view(b * h, m, dv)
+    if not unit:
+        flat.mul_(decay.reshape(b * h, 1, 1))
+        k_sum.mul_(decay)
+    flat.baddbmm_(*outer)
+    return flat.view(b, h, m, dv), k_sum.add_(fk)
+
+
+def _writable(x: Tensor) -> bool:
+    """``x`` may be updated in place: contiguous (so no element is stored twice), no leaf of a
+    graph, no inference tensor outside inference mode."""
+    return (
+        x.is_contiguous()
+        and not x.requires_grad
+        and (torch.is_inference_mode_enabled() or not x.is_inference())
+    )

@@ -34,6 +34,24 @@ class DecodingState:
     position: int
     layers: list[Any]
 
+    def clone(self) -> DecodingState:
+        """A copy whose tensors are new. Steps without a graph update a state in place (the
+        recurrent sums and the key/value cache alike), so branching (beam search, several
+        continuations of one prompt) continues from clones."""
+        return DecodingState(self.position, [_clone_tensors(x) for x in self.layers])
+
+
+def _clone_tensors(x: Any) -> Any:
+    if isinstance(x, Tensor):
+        return x.clone()
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # a NamedTuple state
+        return type(x)(*(_clone_tensors(y) for y in x))
+    if isinstance(x, (tuple, list)):
+        return type(x)(_clone_tensors(y) for y in x)
+    if isinstance(x, dict):
+        return {k: _clone_tensors(y) for k, y in x.items()}
+    return x
+
 
 class CausalLM(nn.Module):
     """Token ids ``(B, L)`` to next-token logits ``(B, L, vocab_size)``.
@@ -164,7 +182,11 @@ class CausalLM(nn.Module):
     def step(self, token: Tensor, state: DecodingState) -> tuple[Tensor, DecodingState]:
         """One token per sequence, ``token (B,)``, after ``state``: the logits
         ``(B, vocab_size)`` of the next one and the new state; constant time and memory per
-        token for kernelized mechanisms."""
+        token for kernelized mechanisms.
+
+        Without a graph (``torch.no_grad``, ``torch.inference_mode``) the step writes into
+        ``state``'s tensors, as a key/value cache is written: continue from the returned state
+        only, and branch from :meth:`DecodingState.clone`."""
         if token.dim() != 1:
             raise ValueError(f"token must be (B,), got {tuple(token.shape)}")
         logits, state = self.prefill(token[:, None], state)
