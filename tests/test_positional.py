@@ -128,7 +128,7 @@ def test_recurrent_steps_equal_the_causal_forward(rpe):
     assert_close(torch.cat(outs, dim=2), full)
 
 
-def test_auto_method_picks_dense_for_small_problems_and_fft_beyond():
+def test_auto_method_picks_dense_for_small_problems_and_fft_beyond(monkeypatch):
     from kattn.positional import base
 
     attn = randomize(build(feature_map="prf", rpe="toeplitz"))
@@ -141,14 +141,27 @@ def test_auto_method_picks_dense_for_small_problems_and_fft_beyond():
             attn.rpe, name, lambda *a, _o=original, _n=name, **kw: calls.append(_n) or _o(*a, **kw)
         )
     small = attn(q, k, v)
-    limit = base.AUTO_DENSE_ELEMENTS
-    try:
-        base.AUTO_DENSE_ELEMENTS = 0
-        large = attn(q, k, v)
-    finally:
-        base.AUTO_DENSE_ELEMENTS = limit
+    monkeypatch.setattr(base, "blocked_is_cheaper", lambda *a, **kw: False)
+    large = attn(q, k, v)
     assert calls == ["_attend_dense", "_attend_fft"]
     assert_close(small, large)
+
+
+@pytest.mark.parametrize(
+    ("m", "length", "causal", "expected"),
+    [
+        (32, 4096, False, True),  # measured: blocked 49 ms, FFT 102 ms
+        (32, 16384, False, False),  # blocked 1675 ms, FFT 358 ms
+        (256, 4096, True, True),  # blocked 49 ms, FFT 1640 ms
+        (256, 16384, False, True),  # blocked 2.6 s, FFT ≈ 28 s
+    ],
+)
+def test_cpu_cost_model_agrees_with_measured_choices(m, length, causal, expected):
+    from kattn.functional.rpe_blocked import blocked_is_cheaper
+    from kattn.functional.toeplitz import fft_length
+
+    points = fft_length(2 * length - 1)
+    assert blocked_is_cheaper(1, length, length, m, 64, points, causal=causal) is expected
 
 
 def test_toeplitz_decoding_stops_at_max_len():

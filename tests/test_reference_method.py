@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import kattn
-from kattn.positional.base import AUTO_DENSE_ELEMENTS
+from kattn.functional.rpe_blocked import DEFAULT_BLOCK_ELEMENTS
 
 from .helpers import assert_close, grads, padding_mask, qkv
 
@@ -151,15 +151,27 @@ def test_reference_in_float32(name):
         scale_relative(out, ref, fp32_tolerance(attn))
 
 
-@pytest.mark.parametrize("name", ["performer", "prf_rpe", "nprf_rpe"])
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("performer", {}),
+        ("prf_rpe", {}),
+        ("nprf_rpe", {}),
+        ("prf_rpe", {"rpe_method": "fft"}),
+        ("nprf_rpe", {"rpe_method": "fft"}),
+    ],
+    ids=["performer", "prf_rpe", "nprf_rpe", "prf_rpe-fft", "nprf_rpe-fft"],
+)
 @pytest.mark.parametrize("causal", [False, True], ids=["", "causal"])
-def test_reference_checks_the_default_long_sequence_paths(name, causal):
-    # default options: 64-token chunks in causal mode, and the FFT that "auto" picks for
-    # the Toeplitz encodings once B·H·Lq·Lk passes AUTO_DENSE_ELEMENTS
+def test_reference_checks_the_default_long_sequence_paths(name, options, causal):
+    # default options: 64-token chunks in causal mode, and for the Toeplitz encodings the
+    # path "auto" picks on the CPU (the blocked exact form, in many blocks at this length)
     length, heads = 1500, 2
-    assert heads * length * length > AUTO_DENSE_ELEMENTS
+    assert heads * length * length > DEFAULT_BLOCK_ELEMENTS
     torch.manual_seed(0)
-    attn = kattn.build(name, head_dim=D, num_heads=heads, max_len=length, num_features=32)
+    attn = kattn.build(
+        name, head_dim=D, num_heads=heads, max_len=length, num_features=32, **options
+    )
     if attn.rpe is not None:
         with torch.no_grad():
             attn.rpe.bias.normal_()

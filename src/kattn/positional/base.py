@@ -8,14 +8,18 @@ import torch
 from torch import Tensor, nn
 
 from ..functional.banded_step import BandedState, banded_init_state, banded_step
-from ..functional.linear import linear_attention_reference
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
-from ..functional.masks import allowed_keys
-from ..functional.numerics import DEFAULT_EPS, log_floor, prepare_linear_inputs
-from ..functional.toeplitz import rpe_linear_attention_fft, toeplitz_dense
+from ..functional.numerics import DEFAULT_EPS
+from ..functional.rpe_blocked import (
+    RowLogCoefficients,
+    ToeplitzRows,
+    blocked_is_cheaper,
+    rpe_linear_attention_blocked,
+)
+from ..functional.toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense
 
-#: ``method="auto"`` uses the dense O(Lq·Lk) form up to this many kernel entries (B·H·Lq·Lk),
-#: the FFT beyond (on the CPU the FFT wins from L ≈ 2048–4096 at M = 32, see docs/rpe.md)
+#: off the CPU, ``method="auto"`` uses the dense O(Lq·Lk) form up to this many kernel entries
+#: (B·H·Lq·Lk) and the FFT beyond; on the CPU a cost model decides (see ``_auto_method``)
 AUTO_DENSE_ELEMENTS = 1 << 22
 
 
@@ -65,6 +69,10 @@ class RelativePositionBias(nn.Module):
         """``(H, Lq, Lk)``: ``b_{j−i}`` for query i and key j."""
         return toeplitz_dense(self.log_coefficients(lq, lk), lq, lk)
 
+    def row_log_coefficients(self, lq: int, lk: int) -> RowLogCoefficients:
+        """``rows(i0, i1, kv)``: the log-coefficients of queries i0..i1−1 and keys 0..kv−1."""
+        return ToeplitzRows(self.log_coefficients(lq, lk), lq)
+
     def dense(self, lq: int, lk: int, causal: bool = False) -> Tensor:
         """The ``(H, Lq, Lk)`` matrix ``C = [exp(b_{j−i})]`` (zeros above the diagonal when
         ``causal``), for plots and tests."""
@@ -110,15 +118,30 @@ class RelativePositionBias(nn.Module):
             "eps": eps,
         }
         method = self.method
-        if method == "auto":  # the dense form is faster than the FFT for small problems
-            size = phi_q.shape[0] * phi_q.shape[1] * lq * lk
-            method = "dense" if size <= AUTO_DENSE_ELEMENTS else "fft"
+        if method == "auto":
+            method = self._auto_method(phi_q, phi_k, v, causal)
         if method == "dense":
             return self._attend_dense(phi_q, phi_k, v, **common)
         if method == "fft":
             return self._attend_fft(phi_q, phi_k, v, convex=positive_features, **common)
         return self._attend_fast(phi_q, phi_k, v, chunk_size=chunk_size, block_size=block_size,
                                  **common)  # fmt: skip
+
+    def fft_points(self, lq: int, lk: int) -> int:
+        """Points of the FFT of one channel (for the ``"auto"`` choice)."""
+        return fft_length(lq + lk - 1)
+
+    def _auto_method(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, causal: bool) -> str:
+        """``"dense"`` (the blocked exact form) or ``"fft"``, whichever should be faster: on
+        the CPU by a cost model of both (the FFT wins only for long sequences with few
+        features), elsewhere the dense form up to AUTO_DENSE_ELEMENTS kernel entries."""
+        b, h, lq, m = phi_q.shape
+        lk, dv = phi_k.shape[2], v.shape[-1]
+        if phi_q.device.type != "cpu":
+            return "dense" if b * h * lq * lk <= AUTO_DENSE_ELEMENTS else "fft"
+        points = self.fft_points(lq, lk)
+        cheaper = blocked_is_cheaper(b * h, lq, lk, m, dv, points, causal=causal)
+        return "dense" if cheaper else "fft"
 
     def _attend_dense(
         self,
@@ -131,23 +154,19 @@ class RelativePositionBias(nn.Module):
         key_padding_mask: Tensor | None,
         eps: float,
     ) -> Tensor:
-        """The O(Lq·Lk) reference: ``log c + s_j`` shifted by its maximum over each query's
-        visible keys (so no future key sets a causal query's scale)."""
-        fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
-        lq, lk = fq.shape[2], fk.shape[2]
-        log_w = self.dense_log(lq, lk).to(fq.dtype)  # (H, Lq, Lk)
-        if s is not None:
-            log_w = log_w + s[:, :, None, :]  # (B, H, Lq, Lk)
-        allowed = allowed_keys(
-            lq, lk, causal=causal, key_padding_mask=key_padding_mask, device=fq.device
+        """The exact O(Lq·Lk) form, in blocks of queries: ``log c + s_j`` shifted by its
+        maximum over each query's visible keys (so no future key sets a causal query's scale)."""
+        lq, lk = phi_q.shape[2], phi_k.shape[2]
+        return rpe_linear_attention_blocked(
+            phi_q,
+            phi_k,
+            v,
+            self.row_log_coefficients(lq, lk),
+            causal=causal,
+            k_log_scale=k_log_scale,
+            key_padding_mask=key_padding_mask,
+            eps=eps,
         )
-        if allowed is not None:
-            log_w = log_w.masked_fill(~allowed, log_floor(fq.dtype))
-        coeff = torch.exp(log_w - log_w.detach().amax(dim=-1, keepdim=True))
-        out = linear_attention_reference(
-            fq, fk, v32, causal=causal, key_padding_mask=key_padding_mask, coeff=coeff, eps=eps
-        )
-        return out.to(v.dtype)
 
     def _attend_fft(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
         """The FFT path over :meth:`log_coefficients` (1-D encodings)."""

@@ -9,6 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from ..functional.banded_step import BandedState
+from ..functional.rpe_blocked import DenseRows, RowLogCoefficients
+from ..functional.toeplitz import fft_length
 from ..functional.toeplitz2d import (
     rpe2d_linear_attention_fft,
     toeplitz2d_dense_log,
@@ -23,8 +25,10 @@ class ToeplitzBias(WindowDecoding, RelativePositionBias):
     ``j − i + max_len − 1``. Initialised to 0 (the attention starts as plain kernelized
     attention).
 
-    Methods: ``"auto"`` (default: ``"dense"`` while ``B·H·Lq·Lk <= 2^22``, else ``"fft"``),
-    ``"fft"`` (O(L log L·M·Dv), Algorithm 1) or ``"dense"`` (O(L²)). Decoding keeps
+    Methods: ``"auto"`` (default: whichever of the two is predicted faster; on the CPU the
+    blocked dense form up to long sequences, the sooner the fewer features), ``"fft"``
+    (O(L log L·M·Dv), Algorithm 1) or ``"dense"`` (exact, O(L²·(M+Dv)) time, in blocks of
+    queries: O(L) memory per block row). Decoding keeps
     every past token (like a key/value cache: O(t·(M + Dv)) for token t), up to ``max_len``.
     """
 
@@ -97,6 +101,13 @@ class Toeplitz2dBias(RelativePositionBias):
     def dense_log(self, lq: int, lk: int) -> Tensor:
         self.check_lengths(lq, lk)
         return toeplitz2d_dense_log(self.bias, self.grid)
+
+    def row_log_coefficients(self, lq: int, lk: int) -> RowLogCoefficients:
+        return DenseRows(self.dense_log(lq, lk))
+
+    def fft_points(self, lq: int, lk: int) -> int:
+        h, w = self.grid
+        return fft_length(2 * h - 1) * fft_length(2 * w - 1)
 
     def _attend_fft(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
         return rpe2d_linear_attention_fft(phi_q, phi_k, v, self.bias, self.grid, **kwargs)
