@@ -34,6 +34,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/foundation_speed.py
 	$(BIN)/python benchmarks/rpe_speed.py
+	$(BIN)/python benchmarks/rpe_blocked_speed.py
 	$(BIN)/python benchmarks/nystrom_speed.py
 	$(BIN)/python benchmarks/learned_speed.py
 	$(BIN)/python benchmarks/lm_speed.py

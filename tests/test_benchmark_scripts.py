@@ -68,3 +68,22 @@ def test_lm_speed_quick_run_writes_results(tmp_path):
     assert len(report["targets"]) == 4
     text = md.read_text()
     assert "| 512 | 2 | no attention (ceiling) |" in text and "## Targets" in text
+
+
+def test_rpe_blocked_speed_quick_run_writes_results(tmp_path):
+    script = ROOT / "benchmarks" / "rpe_blocked_speed.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (md,) = tmp_path.glob("rpe-blocked-*-quick.md")
+    (js,) = tmp_path.glob("rpe-blocked-*-quick.json")
+    rows = json.loads(js.read_text())["rows"]
+    assert {(r["length"], r["mode"]) for r in rows} == {
+        (n, mode) for n in (128, 256) for mode in ("forward", "forward causal", "train causal")
+    }
+    assert all(r["blocked_seconds"] > 0 and r["fft_seconds"] > 0 for r in rows)
+    assert "| 16 | 256 | train causal |" in md.read_text()
