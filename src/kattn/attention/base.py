@@ -2,16 +2,35 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
 
+from ..functional.numerics import autocast_off
 from ..registry import CAPABILITY_FLAGS, keyword_parameters
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def sums_in_float32(method: _M) -> _M:
+    """Run an attention method with autocast disabled: the features, sums and normalisers
+    are computed in the accumulation dtype (fp32 for half precision), as the contract says,
+    also inside ``torch.autocast`` regions (whose bf16 products would round running sums and
+    signed normalisers)."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, x: Tensor, *args: Any, **kwargs: Any) -> Any:
+        with autocast_off(x):
+            return method(self, x, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 class Attention(nn.Module):

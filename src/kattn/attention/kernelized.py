@@ -20,7 +20,7 @@ from .. import positional
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
 from ..registry import keyword_parameters, register_mechanism
-from .base import Attention
+from .base import Attention, sums_in_float32
 
 
 class KernelizedAttention(Attention):
@@ -154,6 +154,7 @@ class KernelizedAttention(Attention):
         x = x.to(lin.accumulation_dtype(x.dtype))
         return F.normalize(x, dim=-1) if self.normalize_qk else x
 
+    @sums_in_float32
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
@@ -232,6 +233,7 @@ class KernelizedAttention(Attention):
             batch_size, self.num_heads, num_features, 0, device=device, dtype=dtype
         )
 
+    @sums_in_float32
     def _step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
         fk = self.features(k_t)
         if self.rpe is not None:
@@ -247,6 +249,7 @@ class KernelizedAttention(Attention):
             self.query_features(q_t), fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps
         )
 
+    @sums_in_float32
     def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: Any) -> tuple[Tensor, Any]:
         fk = self.features(k)
         if self.rpe is not None:

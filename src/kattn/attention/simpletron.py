@@ -17,7 +17,7 @@ from ..functional.simpletron import (
     simpletron_step,
 )
 from ..registry import register_mechanism
-from .base import Attention
+from .base import Attention, sums_in_float32
 
 
 class SimpletronAttention(Attention):
@@ -56,6 +56,7 @@ class SimpletronAttention(Attention):
         self.chunk_size = chunk_size
         self.block_size = block_size
 
+    @sums_in_float32
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
@@ -81,11 +82,13 @@ class SimpletronAttention(Attention):
             batch_size, self.num_heads, self.head_dim, device=device, dtype=dtype
         )
 
+    @sums_in_float32
     def _step(
         self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any
     ) -> tuple[Tensor, SimpletronState]:
         return simpletron_step(q_t, k_t, v_t, state)
 
+    @sums_in_float32
     def _prefill(
         self, q: Tensor, k: Tensor, v: Tensor, state: Any
     ) -> tuple[Tensor, SimpletronState]:
