@@ -8,15 +8,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_nystrom_speed_quick_run_writes_results(tmp_path):
-    script = ROOT / "benchmarks" / "nystrom_speed.py"
+def run_quick(script: str, out: Path) -> None:
+    """Run ``benchmarks/<script> --quick --out <out>``; it must succeed."""
     done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--out", str(tmp_path)],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_nystrom_speed_quick_run_writes_results(tmp_path):
+    run_quick("nystrom_speed.py", tmp_path)
     (md,) = tmp_path.glob("nystrom-*-quick.md")
     (js,) = tmp_path.glob("nystrom-*-quick.json")
     report = json.loads(js.read_text())
@@ -27,14 +31,7 @@ def test_nystrom_speed_quick_run_writes_results(tmp_path):
 
 
 def test_learned_speed_quick_run_writes_results(tmp_path):
-    script = ROOT / "benchmarks" / "learned_speed.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_quick("learned_speed.py", tmp_path)
     (md,) = tmp_path.glob("learned-*-quick.md")
     (js,) = tmp_path.glob("learned-*-quick.json")
     report = json.loads(js.read_text())
@@ -45,14 +42,7 @@ def test_learned_speed_quick_run_writes_results(tmp_path):
 
 
 def test_lm_speed_quick_run_writes_results(tmp_path):
-    script = ROOT / "benchmarks" / "lm_speed.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_quick("lm_speed.py", tmp_path)
     (md,) = tmp_path.glob("lm-*-quick.md")
     (js,) = tmp_path.glob("lm-*-quick.json")
     report = json.loads(js.read_text())
@@ -71,14 +61,7 @@ def test_lm_speed_quick_run_writes_results(tmp_path):
 
 
 def test_rpe_blocked_speed_quick_run_writes_results(tmp_path):
-    script = ROOT / "benchmarks" / "rpe_blocked_speed.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_quick("rpe_blocked_speed.py", tmp_path)
     (md,) = tmp_path.glob("rpe-blocked-*-quick.md")
     (js,) = tmp_path.glob("rpe-blocked-*-quick.json")
     rows = json.loads(js.read_text())["rows"]
