@@ -52,22 +52,27 @@ def test_toeplitz_rows_are_the_rows_of_the_dense_matrix(lq, lk):
             assert torch.equal(rows(i0, i1, kv), full[:, i0:i1, :kv])
 
 
-def test_blocked_with_two_dimensional_rows(monkeypatch):
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("scaled", [True, False], ids=["log_scales", "no_log_scales"])
+def test_blocked_with_two_dimensional_rows(monkeypatch, batch, scaled):
+    # the rows are views of one matrix: a batch of 1 must not let a block overwrite them
     from kattn.functional import rpe_blocked
 
     monkeypatch.setattr(rpe_blocked, "MIN_BLOCK_ROWS", 1)
     grid = (3, 4)
-    fq, fk, v, s = inputs(12, 12)
+    fq, fk, v, s = (x.detach()[:batch].requires_grad_() for x in inputs(12, 12))
+    if not scaled:
+        s = torch.zeros_like(s, requires_grad=True)
     log_b = torch.randn(H, 5, 7, dtype=torch.float64).requires_grad_()
     for causal in (False, True):
         log_dense = toeplitz2d_dense_log(log_b, grid)
         out = rpe_linear_attention_blocked(
-            fq, fk, v, DenseRows(log_dense), causal=causal, k_log_scale=s, eps=EPS,
-            max_block_elements=2 * 3 * 12 * 5,
+            fq, fk, v, DenseRows(log_dense), causal=causal,
+            k_log_scale=s if scaled else None, eps=EPS, max_block_elements=batch * 3 * 12 * 5,
         )  # fmt: skip
         coeff = toeplitz2d_dense_log(log_b, grid).exp()  # its own graph
         ref = reference(fq, fk, v, s, coeff, causal=causal, mask=None)
-        check(out, ref, fq, fk, v, s, log_b)
+        check(out, ref, fq, fk, v, *([s] if scaled else []), log_b)
 
 
 def test_causal_outputs_ignore_future_tokens_bitwise(monkeypatch):

@@ -230,10 +230,13 @@ def _block_kernel(
     the weights W (each row shifted by its maximum over the keys it sees) and the mask of
     future keys (None unless causal). No graph: every temporary is overwritten in place."""
     dtype = fq.dtype
-    log_w = rows.block(coeff, i0, i1, kv).to(dtype)  # (H, r, kv)
-    log_w = log_w.expand(b, *log_w.shape).reshape(-1, i1 - i0, kv)  # a fresh (N, r, kv)
-    if log_s is not None:
-        log_w += log_s[:, None, :kv]
+    block = rows.block(coeff, i0, i1, kv).to(dtype)  # (H, r, kv), possibly a view of coeff
+    # a fresh (N, r, kv) (everything below overwrites it, and coeff is read again in backward)
+    if log_s is None:
+        log_w = block.expand(b, *block.shape).clone()
+    else:
+        log_w = block + log_s.view(b, -1, 1, log_s.shape[-1])[..., :kv]
+    log_w = log_w.view(-1, i1 - i0, kv)
     future = None
     if causal:  # keys after the query: at the floor, and zeroed after the product
         future = _future(i0, i1, kv, fq.device)
