@@ -155,3 +155,12 @@ def test_toeplitz_module_dense_method_matches_fft_in_training():
         grads.append(attn.rpe.bias.grad.clone())
     assert_close(outs[0], outs[1])
     assert_close(grads[0], grads[1])
+
+
+def test_second_derivatives_are_refused_clearly():
+    fq, fk, v, s = inputs(6, 6)
+    log_c = torch.randn(H, 11, dtype=torch.float64, requires_grad=True)
+    out = rpe_linear_attention_blocked(fq, fk, v, ToeplitzRows(log_c, 6), k_log_scale=s)
+    (g,) = torch.autograd.grad(out.square().sum(), fq, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"once_differentiable|marked with"):
+        g.sum().backward()

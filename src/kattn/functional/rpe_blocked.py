@@ -149,7 +149,8 @@ class _BlockedSums(torch.autograd.Function):
 
     With ``K̃ = (Q Kᵀ) ⊙ W``, ``W = exp(log w − shift)`` and ``sums = K̃ [V, 1]``:
     ``dK̃ = G [V, 1]ᵀ``, ``d[V, 1] = K̃ᵀ G``, ``dQ = (dK̃ ⊙ W) K``, ``dK = (dK̃ ⊙ W)ᵀ Q`` and
-    ``d log w = dK̃ ⊙ K̃`` (the shift cancels in the ratio and carries no gradient)."""
+    ``d log w = dK̃ ⊙ K̃`` (the shift cancels in the ratio and carries no gradient).
+    Once differentiable."""
 
     @staticmethod
     def forward(
@@ -174,6 +175,7 @@ class _BlockedSums(torch.autograd.Function):
         return sums
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         fq, fk, v_ext, log_s, coeff = ctx.saved_tensors
         rows, causal, b = ctx.rows, ctx.causal, ctx.b
