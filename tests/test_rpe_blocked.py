@@ -164,3 +164,38 @@ def test_second_derivatives_are_refused_clearly():
     (g,) = torch.autograd.grad(out.square().sum(), fq, create_graph=True)
     with pytest.raises(RuntimeError, match=r"once_differentiable|marked with"):
         g.sum().backward()
+
+
+def test_backward_inside_autocast_and_half_precision_coefficients():
+    # backward may run inside an autocast region; a bf16 bias gets its gradient summed in fp32
+    torch.manual_seed(0)
+    attn = kattn.build(
+        "nprf_rpe", head_dim=8, num_heads=2, max_len=200, num_features=16, rpe_method="dense"
+    )
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, 2, 200, 8, generator=g, requires_grad=True) for _ in range(3))
+    attn(q, k, v, causal=True).square().sum().backward()
+    expected = attn.rpe.bias.grad.clone()
+    attn.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        attn(q, k, v, causal=True).square().sum().backward()
+    torch.testing.assert_close(attn.rpe.bias.grad, expected)
+    fq, fk, v64, s = inputs(200, 200)
+    log_c = torch.randn(H, 399, dtype=torch.float64)
+    grads = []
+    for dtype in (torch.float64, torch.bfloat16):
+        c = log_c.to(dtype).clone().requires_grad_()
+        out = rpe_linear_attention_blocked(
+            fq.detach(), fk.detach(), v64.detach(), ToeplitzRows(c, 200), causal=True,
+            k_log_scale=s.detach(), max_block_elements=1,
+        )  # fmt: skip
+        out.square().sum().backward()
+        grads.append(c.grad.double())
+    # one bf16 rounding of the total, not one per block
+    torch.testing.assert_close(grads[1], grads[0], rtol=8e-3, atol=1e-3 * grads[0].abs().max())
+
+
+def test_no_queries_give_an_empty_output():
+    fq, fk, v, s = inputs(0, 5)
+    out = rpe_linear_attention_blocked(fq, fk, v, ToeplitzRows(torch.zeros(H, 4), 0))
+    assert out.shape == (fq.shape[0], H, 0, v.shape[-1])

@@ -21,7 +21,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .numerics import DEFAULT_EPS, exp_floor, guard_normaliser, log_floor, prepare_linear_inputs
+from .numerics import (
+    DEFAULT_EPS,
+    autocast_off,
+    exp_floor,
+    guard_normaliser,
+    log_floor,
+    prepare_linear_inputs,
+)
 
 #: default bound on the elements of one block's ``(B, H, r, Lk)`` weights (2^18: 1 MiB fp32,
 #: cache-sized; larger blocks were slower on the 2-core CPU at L = 2048–4096).
@@ -126,7 +133,7 @@ def rpe_linear_attention_blocked(
         pad = key_padding_mask[:, None, :].expand(b, h, lk)
         log_s = torch.where(pad, floor, fq.new_zeros(()) if log_s is None else log_s)
     # at least MIN_BLOCK_ROWS queries per block: many heads must not mean many tiny blocks
-    r = min(lq, max(MIN_BLOCK_ROWS, max_block_elements // max(1, n * lk)))
+    r = max(1, min(lq, max(MIN_BLOCK_ROWS, max_block_elements // max(1, n * lk))))
     sums = _BlockedSums.apply(
         fq.reshape(n, lq, m),
         fk.reshape(n, lk, m),
@@ -177,6 +184,11 @@ class _BlockedSums(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        with autocast_off(grad):  # the products in the saved (fp32) dtype, as in forward
+            return _BlockedSums._grads(ctx, grad)
+
+    @staticmethod
+    def _grads(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         fq, fk, v_ext, log_s, coeff = ctx.saved_tensors
         rows, causal, b = ctx.rows, ctx.causal, ctx.b
         need_q, need_k, need_v, need_s, need_c = ctx.needs_input_grad[:5]
@@ -186,7 +198,8 @@ class _BlockedSums(torch.autograd.Function):
         d_k = torch.zeros_like(fk) if need_k else None
         d_v = torch.zeros_like(v_ext) if need_v else None
         d_s = torch.zeros_like(log_s) if need_s else None
-        d_c = torch.zeros_like(coeff) if need_c else None
+        # (accumulated in the inputs' dtype, fp32 for half-precision coefficients)
+        d_c = torch.zeros_like(coeff, dtype=fq.dtype) if need_c else None
         for i0, i1, kv in _blocks(lq, fk.shape[1], ctx.r, causal):
             kernel, weights, future = _block_kernel(
                 fq, fk, log_s, coeff, rows, causal, b, i0, i1, kv
@@ -208,6 +221,7 @@ class _BlockedSums(torch.autograd.Function):
                 d_q[:, i0:i1] = torch.bmm(d_scores, fk[:, :kv])
             if d_k is not None:
                 d_k[:, :kv].baddbmm_(d_scores.transpose(1, 2), fq[:, i0:i1])
+        d_c = None if d_c is None else d_c.to(coeff.dtype)
         return d_q, d_k, d_v, d_s, d_c, None, None, None, None
 
 
