@@ -196,6 +196,6 @@ def test_backward_inside_autocast_and_half_precision_coefficients():
 
 
 def test_no_queries_give_an_empty_output():
-    fq, fk, v, s = inputs(0, 5)
+    fq, fk, v, _ = inputs(0, 5)
     out = rpe_linear_attention_blocked(fq, fk, v, ToeplitzRows(torch.zeros(H, 4), 0))
     assert out.shape == (fq.shape[0], H, 0, v.shape[-1])
