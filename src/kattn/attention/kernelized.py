@@ -338,8 +338,8 @@ register_mechanism(
     "relative bias per offset, computed by FFT.",
     reference="Luo et al., Stable, Fast and Accurate: Kernelized Attention with Relative "
     "Positional Encoding, NeurIPS 2021",
-    complexity="O(L log L·M·Dv) by FFT in bounded blocks (dense O(L²·M) for short sequences); "
-    "decoding O(t·(M+Dv))",
+    complexity="O(L log L·M·Dv) by FFT, or exact O(L²·(M+Dv)) in blocks of queries (O(L) memory "
+    "per block row), whichever is faster; decoding O(t·(M+Dv))",
 )
 register_mechanism(
     "prf_rpe",
@@ -349,8 +349,8 @@ register_mechanism(
     "(no q/k normalisation).",
     reference="Luo et al., Stable, Fast and Accurate: Kernelized Attention with Relative "
     "Positional Encoding, NeurIPS 2021",
-    complexity="O(L log L·M·Dv) by FFT in bounded blocks (dense O(L²·M) for short sequences); "
-    "decoding O(t·(M+Dv))",
+    complexity="O(L log L·M·Dv) by FFT, or exact O(L²·(M+Dv)) in blocks of queries (O(L) memory "
+    "per block row), whichever is faster; decoding O(t·(M+Dv))",
 )
 register_mechanism(
     "linear",
