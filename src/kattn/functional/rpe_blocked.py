@@ -16,7 +16,7 @@ channels at a fraction of the matrix-product rate); see docs/rpe.md.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -42,25 +42,33 @@ class RowLogCoefficients:
     """The log-coefficients ``coeff`` of an encoding, cut into blocks of query rows.
 
     ``rows(i0, i1, kv)`` gives ``(H, i1 − i0, kv)``: queries i0..i1−1, keys 0..kv−1.
-    Subclasses say how a block is cut from ``coeff`` and how its gradient goes back."""
+    Subclasses say how a block is cut from ``coeff`` (:meth:`block`, in reverse query order
+    when ``reversed`` — what a view can give without a copy) and how its gradient goes back."""
+
+    #: :meth:`block` lists the queries from i1−1 down to i0.
+    reversed: bool = False
 
     def __init__(self, coeff: Tensor):
         self.coeff = coeff
 
     def __call__(self, i0: int, i1: int, kv: int) -> Tensor:
-        return self.block(self.coeff, i0, i1, kv)
+        block = self.block(self.coeff, i0, i1, kv)
+        return block.flip(1) if self.reversed else block
 
     def block(self, coeff: Tensor, i0: int, i1: int, kv: int) -> Tensor:
         raise NotImplementedError
 
     def add_block_grad(self, grad_coeff: Tensor, grad: Tensor, i0: int, i1: int) -> None:
-        """Add the gradient ``grad (H, r, kv)`` of a block to ``grad_coeff`` in place."""
+        """Add the gradient ``grad (H, r, kv)`` of a block (in :meth:`block`'s order) to
+        ``grad_coeff`` in place."""
         raise NotImplementedError
 
 
 class ToeplitzRows(RowLogCoefficients):
     """Rows of the Toeplitz matrix ``[b_{j−i}]`` of log-coefficients ``(H, Lq + Lk − 1)``
     (offsets ``−(Lq−1)…Lk−1``), cut from sliding windows of the coefficient vector."""
+
+    reversed = True
 
     def __init__(self, coeff: Tensor, lq: int):
         super().__init__(coeff)
@@ -72,14 +80,14 @@ class ToeplitzRows(RowLogCoefficients):
         return slice(self.lq - i1, self.lq - 1 - i0 + kv)
 
     def block(self, coeff: Tensor, i0: int, i1: int, kv: int) -> Tensor:
-        return coeff[:, self._span(i0, i1, kv)].unfold(-1, kv, 1).flip(1)
+        return coeff[:, self._span(i0, i1, kv)].unfold(-1, kv, 1)  # a view, queries reversed
 
     def add_block_grad(self, grad_coeff: Tensor, grad: Tensor, i0: int, i1: int) -> None:
         kv = grad.shape[-1]
         span = self._span(i0, i1, kv)
         size = [grad.shape[0], span.stop - span.start]
         # the windows' gradient summed back onto the span: sums along the diagonals
-        grad_coeff[:, span] += torch.ops.aten.unfold_backward(grad.flip(1), size, 1, kv, 1)
+        grad_coeff[:, span] += torch.ops.aten.unfold_backward(grad, size, 1, kv, 1)
 
 
 class DenseRows(RowLogCoefficients):
@@ -174,9 +182,10 @@ class _BlockedSums(torch.autograd.Function):
     ) -> Tensor:
         n, lq, _ = fq.shape
         sums = fq.new_empty(n, lq, v_ext.shape[-1])
+        ws = _Workspace(fq, r * fk.shape[1], 2)
         for i0, i1, kv in _blocks(lq, fk.shape[1], r, causal):
-            kernel, _, _ = _block_kernel(fq, fk, log_s, coeff, rows, causal, b, i0, i1, kv)
-            sums[:, i0:i1] = torch.bmm(kernel, v_ext[:, :kv])
+            blk = _block_kernel(fq, fk, log_s, coeff, rows, causal, b, i0, i1, kv, ws)
+            sums[:, i0:i1] = blk.in_query_order(torch.bmm(blk.kernel, v_ext[:, :kv]))
         ctx.save_for_backward(fq, fk, v_ext, log_s, coeff)
         ctx.rows, ctx.causal, ctx.r, ctx.b = rows, causal, r, b
         return sums
@@ -200,27 +209,26 @@ class _BlockedSums(torch.autograd.Function):
         d_s = torch.zeros_like(log_s) if need_s else None
         # (accumulated in the inputs' dtype, fp32 for half-precision coefficients)
         d_c = torch.zeros_like(coeff, dtype=fq.dtype) if need_c else None
+        ws = _Workspace(fq, ctx.r * fk.shape[1], 4)
         for i0, i1, kv in _blocks(lq, fk.shape[1], ctx.r, causal):
-            kernel, weights, future = _block_kernel(
-                fq, fk, log_s, coeff, rows, causal, b, i0, i1, kv
-            )
-            g = grad[:, i0:i1]
+            blk = _block_kernel(fq, fk, log_s, coeff, rows, causal, b, i0, i1, kv, ws)
+            g = blk.in_query_order(grad[:, i0:i1])  # (the block's own order: its own inverse)
             if d_v is not None:
-                d_v[:, :kv].baddbmm_(kernel.transpose(1, 2), g)
-            d_kernel = torch.bmm(g, v_ext[:, :kv].transpose(1, 2))  # (N, r, kv)
+                d_v[:, :kv].baddbmm_(blk.kernel.transpose(1, 2), g)
+            d_kernel = torch.bmm(g, v_ext[:, :kv].transpose(1, 2), out=ws.take(2, blk.kernel))
             if d_s is not None or d_c is not None:
-                d_log_w = d_kernel * kernel
+                d_log_w = torch.mul(d_kernel, blk.kernel, out=ws.take(3, blk.kernel))
                 if d_s is not None:
                     d_s[:, :kv] += d_log_w.sum(dim=1)
                 if d_c is not None:
                     rows.add_block_grad(d_c, d_log_w.view(b, -1, i1 - i0, kv).sum(0), i0, i1)
-            d_scores = d_kernel.mul_(weights)
-            if future is not None:
-                d_scores.masked_fill_(future, 0.0)
+            d_scores = d_kernel.mul_(blk.weights)
+            if blk.future is not None:
+                d_scores.masked_fill_(blk.future, 0.0)
             if d_q is not None:
-                d_q[:, i0:i1] = torch.bmm(d_scores, fk[:, :kv])
+                d_q[:, i0:i1] = blk.in_query_order(torch.bmm(d_scores, fk[:, :kv]))
             if d_k is not None:
-                d_k[:, :kv].baddbmm_(d_scores.transpose(1, 2), fq[:, i0:i1])
+                d_k[:, :kv].baddbmm_(d_scores.transpose(1, 2), blk.queries)
         d_c = None if d_c is None else d_c.to(coeff.dtype)
         return d_q, d_k, d_v, d_s, d_c, None, None, None, None
 
@@ -228,6 +236,36 @@ class _BlockedSums(torch.autograd.Function):
 def _blocks(lq: int, lk: int, r: int, causal: bool) -> list[tuple[int, int, int]]:
     """``(i0, i1, kv)``: each block's queries and how many keys it sees."""
     return [(i0, min(lq, i0 + r), min(lq, i0 + r) if causal else lk) for i0 in range(0, lq, r)]
+
+
+class _Workspace:
+    """Flat buffers reused by every block of a call: fresh multi-megabyte temporaries per
+    block cost page faults that took about half the time at L = 16384."""
+
+    def __init__(self, like: Tensor, elements: int, count: int):
+        n = like.shape[0]
+        self.buffers = [like.new_empty(n * elements) for _ in range(count)]
+
+    def take(self, slot: int, like: Tensor) -> Tensor:
+        return self.buffers[slot][: like.numel()].view(like.shape)
+
+    def view(self, slot: int, *shape: int) -> Tensor:
+        return self.buffers[slot][: math.prod(shape)].view(shape)
+
+
+class _Block(NamedTuple):
+    """One block's masked kernel ``(N, r, kv)``, its weights, the mask of future keys (None
+    unless causal) and its queries ``(N, r, M)``, all in the order of the rows' block."""
+
+    kernel: Tensor
+    weights: Tensor
+    future: Tensor | None
+    queries: Tensor
+    reversed: bool
+
+    def in_query_order(self, x: Tensor) -> Tensor:
+        """``x (N, r, ·)`` from the block's order to the queries' (or back)."""
+        return x.flip(1) if self.reversed else x
 
 
 def _block_kernel(
@@ -241,33 +279,37 @@ def _block_kernel(
     i0: int,
     i1: int,
     kv: int,
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """The masked kernel ``(Q Kᵀ) ⊙ W`` of queries i0..i1−1 and keys 0..kv−1 ``(N, r, kv)``,
-    the weights W (each row shifted by its maximum over the keys it sees) and the mask of
-    future keys (None unless causal). No graph: every temporary is overwritten in place."""
-    dtype = fq.dtype
+    ws: _Workspace,
+) -> _Block:
+    """The masked kernel ``(Q Kᵀ) ⊙ W`` of queries i0..i1−1 and keys 0..kv−1, with W each
+    row's weights shifted by its maximum over the keys it sees, in workspace buffers 0 and 1
+    (overwritten by the next block). No graph: every step writes in place."""
+    dtype, r = fq.dtype, i1 - i0
     block = rows.block(coeff, i0, i1, kv).to(dtype)  # (H, r, kv), possibly a view of coeff
-    # a fresh (N, r, kv) (everything below overwrites it, and coeff is read again in backward)
+    queries = fq[:, i0:i1].flip(1) if rows.reversed else fq[:, i0:i1]
+    log_w = ws.view(0, b, block.shape[0], r, kv)  # coeff itself is never written
     if log_s is None:
-        log_w = block.expand(b, *block.shape).clone()
+        log_w.copy_(block.expand_as(log_w))
     else:
-        log_w = block + log_s.view(b, -1, 1, log_s.shape[-1])[..., :kv]
-    log_w = log_w.view(-1, i1 - i0, kv)
+        torch.add(block, log_s.view(b, -1, 1, log_s.shape[-1])[..., :kv], out=log_w)
+    log_w = log_w.view(-1, r, kv)
     future = None
     if causal:  # keys after the query: at the floor, and zeroed after the product
-        future = _future(i0, i1, kv, fq.device)
+        future = _future(i0, i1, kv, fq.device, rows.reversed)
         log_w.masked_fill_(future, log_floor(dtype))
     shift = log_w.amax(dim=-1, keepdim=True)
     weights = log_w.sub_(shift).clamp_min_(exp_floor(dtype)).exp_()
-    kernel = torch.bmm(fq[:, i0:i1], fk[:, :kv].transpose(1, 2)).mul_(weights)
+    kernel = torch.bmm(queries, fk[:, :kv].transpose(1, 2), out=ws.view(1, *weights.shape))
+    kernel.mul_(weights)
     if future is not None:
         kernel.masked_fill_(future, 0.0)
-    return kernel, weights, future
+    return _Block(kernel, weights, future, queries, rows.reversed)
 
 
-def _future(i0: int, i1: int, kv: int, device: torch.device) -> Tensor:
-    """``(r, kv)`` True where key j comes after query i (rows i0..i1−1)."""
-    i = torch.arange(i0, i1, device=device)[:, None]
+def _future(i0: int, i1: int, kv: int, device: torch.device, reverse: bool) -> Tensor:
+    """``(r, kv)`` True where key j comes after the query (rows i0..i1−1, or i1−1..i0)."""
+    i = torch.arange(i0, i1, device=device)
+    i = (i.flip(0) if reverse else i)[:, None]
     return torch.arange(kv, device=device)[None, :] > i
 
 
@@ -275,7 +317,7 @@ def _future(i0: int, i1: int, kv: int, device: torch.device) -> Tensor:
 #: (forward, fp32, M = 32–256, L = 2048–16384; docs/rpe.md): per kernel entry the blocked
 #: form costs about ``M + Dv + 1`` multiply-adds plus BLOCKED_ENTRY_OVERHEAD for its
 #: element-wise work, and each channel of the FFT about FFT_POINT_COST per ``n·log2 n``.
-BLOCKED_ENTRY_OVERHEAD = 100.0
+BLOCKED_ENTRY_OVERHEAD = 40.0
 FFT_POINT_COST = 28.0
 
 
