@@ -150,10 +150,12 @@ def test_auto_method_picks_dense_for_small_problems_and_fft_beyond(monkeypatch):
 @pytest.mark.parametrize(
     ("m", "length", "causal", "expected"),
     [
-        (32, 4096, False, True),  # measured: blocked 49 ms, FFT 102 ms
-        (32, 16384, False, False),  # blocked 1675 ms, FFT 358 ms
-        (256, 4096, True, True),  # blocked 49 ms, FFT 1640 ms
-        (256, 16384, False, True),  # blocked 2.6 s, FFT ≈ 28 s
+        (32, 4096, False, True),  # measured: blocked 31 ms, FFT 104 ms
+        (32, 16384, False, False),  # blocked 488 ms, FFT 363 ms
+        (32, 16384, True, True),  # blocked 357 ms, FFT 823 ms
+        (64, 16384, False, True),  # blocked 561 ms, FFT 824 ms
+        (256, 4096, True, True),  # blocked 44 ms, FFT 1742 ms
+        (256, 16384, False, True),  # blocked 1.1 s, FFT ≈ 28 s
     ],
 )
 def test_cpu_cost_model_agrees_with_measured_choices(m, length, causal, expected):
