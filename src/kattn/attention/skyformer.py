@@ -14,17 +14,10 @@ from ..registry import register_mechanism
 from .base import Attention
 
 
-def _uniform_rows(
-    allowed: Tensor | None,
-    shape: tuple[int, int],
-    length: int,
-    generator: torch.Generator | None,
-    device: Any,
-) -> Tensor:
-    """``shape = (B, count)`` row indices, uniform with replacement among the ``allowed (B, L)``
-    rows (all rows when None, or when a batch has none): the r-th allowed row for a uniform
-    r, so the draws are the same with no mask and with a mask that allows everything."""
-    u = torch.rand(shape, generator=generator, device=device)
+def _uniform_rows(allowed: Tensor | None, u: Tensor, length: int) -> Tensor:
+    """Row indices ``(B, count)`` for uniforms ``u (B, count)`` in [0, 1): the r-th of the
+    ``allowed (B, L)`` rows for ``r = ⌊u·n_allowed⌋`` (all L rows when None, or when a batch row
+    has none), so the draws are the same with no mask and with a mask that allows everything."""
     if allowed is None:
         return (u * length).long().clamp_(max=length - 1)
     n_ok = allowed.sum(dim=1, keepdim=True)
@@ -46,9 +39,11 @@ class SkyformerAttention(Attention):
     Landmarks S: ``num_landmarks`` rows of ``[Q; K]`` drawn uniformly with replacement, half
     among the query rows and half among the non-padded key rows (with Lq == Lk the padding
     mask is taken to mark padded queries too, as in self-attention, and those are not drawn).
-    They are redrawn at every training call; in ``eval()`` they come from a fixed seed
-    (``landmark_seed``, a buffer), so evaluation is deterministic. When ``Lq + Lk <=
-    num_landmarks`` every (non-padded) row is a landmark.
+    They are redrawn for every example at every training call. In ``eval()`` one draw of
+    uniforms from a fixed seed (``landmark_seed``, a buffer saved in the ``state_dict``) picks
+    the landmarks of every example (the r-th allowed row for the same r), so an example's
+    output is deterministic and does not depend on the batch it is in, nor on its place
+    there. When ``Lq + Lk <= num_landmarks`` every (non-padded) row is a landmark.
 
     Args:
         num_landmarks: number of landmarks (paper: 128).
@@ -118,17 +113,19 @@ class SkyformerAttention(Attention):
         if lq + lk <= self.num_landmarks:  # every row
             index = torch.arange(lq + lk, device=device).expand(batch, -1)
             return index, valid
-        generator = None
-        if not self.training:
-            generator = torch.Generator(device=device).manual_seed(int(self.landmark_seed))
         n_q = self.num_landmarks // 2
+        counts = (n_q, self.num_landmarks - n_q)
+        if self.training:  # a fresh draw for every example
+            draws = [torch.rand(batch, n, device=device) for n in counts]
+        else:  # one draw from the module's seed for every example (see the class docstring)
+            g = torch.Generator().manual_seed(int(self.landmark_seed))
+            draws = [torch.rand(1, n, generator=g).to(device).expand(batch, n) for n in counts]
         padded = key_padding_mask is not None
         parts = [
-            _uniform_rows(rows if padded else None, (batch, count), length, generator, device)
-            + start
-            for rows, count, length, start in (
-                (queries_ok, n_q, lq, 0),
-                (keys_ok, self.num_landmarks - n_q, lk, lq),
+            _uniform_rows(rows if padded else None, u, length) + start
+            for rows, u, length, start in (
+                (queries_ok, draws[0], lq, 0),
+                (keys_ok, draws[1], lk, lq),
             )
         ]
         index = torch.cat(parts, dim=1)
