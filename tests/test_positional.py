@@ -288,3 +288,28 @@ def test_a_narrow_band_keeps_the_query_chunks():
     q, k, v = qkv(lq=70)
     for causal in (False, True):
         assert_close(attn(q, k, v, causal=causal), dense(q, k, v, causal=causal))
+
+
+@pytest.mark.parametrize(
+    ("rpe", "method"),
+    [(r, m) for r in positional.available() for m in positional.get(r).methods],
+    ids=lambda x: str(x),
+)
+def test_an_empty_batch_by_every_method(rpe, method):
+    extra = {"grid": (3, 3)} if rpe == "toeplitz2d" else {}
+    attn = build(feature_map="prf", rpe=rpe, rpe_method=method, **extra)
+    q, k, v = qkv(b=0, lq=9, requires_grad=True)
+    for causal in (False, True):
+        out = attn(q, k, v, causal=causal, key_padding_mask=torch.zeros(0, 9, dtype=torch.bool))
+        assert out.shape == (0, H, 9, v.shape[-1])
+        assert [g.shape for g in grads(out, q, k, v)] == [q.shape, k.shape, v.shape]
+
+
+@pytest.mark.parametrize("rpe", ["bucketed", "decay", "toeplitz"])
+def test_steps_refuse_a_state_of_another_batch_size(rpe):
+    attn = build(feature_map="prf", rpe=rpe)
+    q, k, v = qkv(b=3, lq=1)
+    _, state = attn.step(q, k, v, attn.init_state(3, H, dtype=torch.float64))
+    for bad in (attn.init_state(3, H, dtype=torch.float64), state):
+        with pytest.raises(ValueError, match="state"):
+            attn.step(q[:2], k[:2], v[:2], bad)

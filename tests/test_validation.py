@@ -80,3 +80,26 @@ def test_mechanisms_without_a_recurrent_form_refuse_to_decode():
         attn.init_state(2, H)
     with pytest.raises(NotImplementedError, match="no recurrent form"):
         attn.step(q, k, v, None)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_an_empty_batch_gives_an_empty_output(attn, causal):
+    if causal and not attn.supports_causal:
+        pytest.skip("no causal form")
+    q, k, v = qkv(b=0, h=H, lq=9, d=D, dtype=torch.float32, requires_grad=True)
+    mask = torch.zeros(0, 9, dtype=torch.bool) if attn.supports_padding_mask else None
+    out = attn(q, k, v, causal=causal, key_padding_mask=mask)
+    assert out.shape == (0, H, 9, v.shape[-1])
+    out.sum().backward()
+    assert q.grad is not None and q.grad.shape == q.shape
+
+
+def test_step_refuses_a_state_of_another_batch_size(attn):
+    if not attn.supports_recurrent:
+        pytest.skip("no recurrent form")
+    q, k, v = qkv(b=3, h=H, lq=1, d=D, dtype=torch.float32)
+    with pytest.raises(ValueError, match="state"):
+        attn.step(q[:2], k[:2], v[:2], attn.init_state(3, H))
+    _, state = attn.step(q, k, v, attn.init_state(3, H))  # a state that holds a token
+    with pytest.raises(ValueError, match="state"):
+        attn.step(q[:2], k[:2], v[:2], state)

@@ -221,7 +221,8 @@ class _BlockedSums(torch.autograd.Function):
                 if d_s is not None:
                     d_s[:, :kv] += d_log_w.sum(dim=1)
                 if d_c is not None:
-                    rows.add_block_grad(d_c, d_log_w.view(b, -1, i1 - i0, kv).sum(0), i0, i1)
+                    heads = d_c.shape[0]  # (explicit: an empty batch leaves -1 undetermined)
+                    rows.add_block_grad(d_c, d_log_w.view(b, heads, i1 - i0, kv).sum(0), i0, i1)
             d_scores = d_kernel.mul_(blk.weights)
             if blk.future is not None:
                 d_scores.masked_fill_(blk.future, 0.0)
@@ -291,7 +292,7 @@ def _block_kernel(
     if log_s is None:
         log_w.copy_(block.expand_as(log_w))
     else:
-        torch.add(block, log_s.view(b, -1, 1, log_s.shape[-1])[..., :kv], out=log_w)
+        torch.add(block, log_s.view(b, block.shape[0], 1, log_s.shape[-1])[..., :kv], out=log_w)
     log_w = log_w.view(-1, r, kv)
     future = None
     if causal:  # keys after the query: at the floor, and zeroed after the product

@@ -118,6 +118,10 @@ class RelativePositionBias(nn.Module):
             "eps": eps,
         }
         method = self.method
+        if phi_q.shape[0] == 0:
+            # nothing to compute; the dense form gives the empty output (and gradients) while
+            # the fast paths size their blocks by rows and assume at least one
+            method = "dense"
         if method == "auto":
             method = self._auto_method(phi_q, phi_k, v, causal)
         if method == "dense":
@@ -258,7 +262,28 @@ class WindowDecoding:
         k_log_scale: Tensor | None = None,
         eps: float = DEFAULT_EPS,
     ) -> tuple[Tensor, BandedState]:
+        check_window_state(state, phi_k, v)
         log_coeff, left = self.decoding_window(state)
         return banded_step(
             phi_q, phi_k, v, state, log_coeff, left, k_log_scale=k_log_scale, eps=eps
         )
+
+
+def check_window_state(state: object, phi_k: Tensor, v: Tensor) -> None:
+    """Raise ``ValueError`` unless ``state`` is a :class:`BandedState` for keys ``phi_k``
+    ``(B, H, 1, M)`` and values ``v`` ``(B, H, 1, Dv)`` (same B, H, M; Dv or empty)."""
+    if not isinstance(state, BandedState):
+        raise ValueError(
+            f"state must be a BandedState (from init_state), got {type(state).__name__}"
+        )
+    b, h, _, m = phi_k.shape
+    dv = v.shape[-1]
+    window, far = state.keys.shape, state.far.kv.shape
+    if (window[0], window[1], window[3]) != (b, h, m) or tuple(far[:3]) != (b, h, m):
+        raise ValueError(
+            f"state was made for keys (B, H, ·, M) = ({window[0]}, {window[1]}, ·, "
+            f"{window[3]}), got a step with B={b}, H={h}, M={m}: start from "
+            "init_state(batch_size, num_heads) with this step's batch size"
+        )
+    if state.values.shape[-1] not in (0, dv) or far[3] not in (0, dv):
+        raise ValueError(f"state holds values of dim {state.values.shape[-1]}, got v with Dv={dv}")
