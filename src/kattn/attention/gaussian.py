@@ -1,4 +1,4 @@
-"""Exact Gaussian-kernel attention, the exact counterpart of Skyformer (seed 003 eq. 3)."""
+"""Exact Gaussian-kernel attention, the exact counterpart of Skyformer (Chen et al. 2021 eq. 3)."""
 
 from __future__ import annotations
 

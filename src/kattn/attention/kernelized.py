@@ -1,8 +1,8 @@
 """Kernelized attention: any registered feature map φ with the linear-attention aggregator.
 
-``z_i = φ(q_i)·Σ_j φ(k_j) v_jᵀ / φ(q_i)·Σ_j φ(k_j)`` (seed 000 eq. 3), non-causal in
+``z_i = φ(q_i)·Σ_j φ(k_j) v_jᵀ / φ(q_i)·Σ_j φ(k_j)`` (Luo et al. 2021 eq. 3), non-causal in
 O(L·M·Dv), causal in chunkwise-parallel form, and recurrent with an O(M·Dv) state; with a
-relative positional encoding (``rpe=``) each term is weighted by ``c_{j−i}`` (seed 000 eq. 8).
+relative positional encoding (``rpe=``) each term is weighted by ``c_{j−i}`` (Luo et al. eq. 10).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class KernelizedAttention(Attention):
 
     Args:
         feature_map: a name from ``kattn.features.available()``.
-        normalize_qk: ℓ2-normalise q and k before φ (NPRF, seed 000 §3.3).
+        normalize_qk: ℓ2-normalise q and k before φ (NPRF, Luo et al. 2021 §3.3).
         scale: the kernel sees ``scale · q·k``: q and k are each multiplied by ``√scale``.
             Default: ``1/√D`` for maps that estimate ``exp(q·k)`` (as softmax does) and for the
             learned spectral maps (as their released code), else 1

@@ -1,5 +1,5 @@
 """Presets of kernelized attention with learned feature maps: the KL-Transformer spectra
-(seed 004) and the thesis's feed-forward kernels (seed 002 §4.1). Each is
+("On Learning the Transformer Kernel") and the feed-forward kernels of Yorsh 2022 §4.1. Each is
 ``kernelized(feature_map=NAME)``, so it composes with causal, recurrent and ``rpe=`` forms."""
 
 from __future__ import annotations

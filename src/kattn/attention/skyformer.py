@@ -1,4 +1,4 @@
-"""Skyformer: Gaussian-kernel attention by the modified Nyström method (seed 003 §4)."""
+"""Skyformer: Gaussian-kernel attention by the modified Nyström method (Chen et al. 2021 §4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Approximation studies: how well random features estimate softmax attention.
 
-:func:`norm_sweep` is the experiment of seed 000 §3.3 (Fig. 1b): one query and ``keys`` keys
+:func:`norm_sweep` is the experiment of Luo et al. 2021 §3.3 (Fig. 1b): one query and ``keys`` keys
 drawn uniformly on the unit sphere of dimension d and scaled by R; the softmax attention row
 ``A_j = exp(q·k_j) / Σ_j exp(q·k_j)`` against its random-feature estimate
 ``Â_j = φ(q)·φ(k_j) / Σ_j φ(q)·φ(k_j)``, error ``‖A − Â‖₁`` averaged over seeds. For PRF the
@@ -76,7 +76,7 @@ def norm_sweep(
     seeds: int = 10,
     variants: tuple[tuple[str, str, bool], ...] = NORM_SWEEP_VARIANTS,
 ) -> list[SweepRow]:
-    """The study of seed 000 Fig. 1b for each variant ``(label, feature map, normalise)``."""
+    """The study of Luo et al. 2021 Fig. 1b for each variant ``(label, feature map, normalise)``."""
     rows = []
     for label, name, normalize in variants:
         for radius in radii:

@@ -72,7 +72,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     add_speed_parser(kinds)
     p = kinds.add_parser(
         "approx",
-        help="approximation studies (norm-sweep: seed 000 Fig. 1b; spectral: seed 003 Fig. 1; "
+        help="approximation studies (norm-sweep: Luo et al. 2021, Fig. 1b; spectral: "
+        "Chen et al. 2021, Fig. 1; "
         "kernel: feature maps vs exact kernels; mechanisms: vs exact counterparts)",
         description="norm-sweep: ‖A − Â‖₁ of one softmax attention row against its "
         "random-feature estimate, for q and k on the unit sphere scaled by R, as the number "
@@ -133,7 +134,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_bench_approx)
     st = kinds.add_parser(
         "stability",
-        help="instability score of the first training steps (seed 003 Appendix F)",
+        help="instability score of the first training steps (Chen et al. 2021, Appendix F)",
         description="τ_i = ‖f(x_i, W_i) − f(x_i, W_{i−1})‖² / ‖W_i − W_{i−1}‖² over the first "
         "optimiser steps of a 2-layer encoder (Skyformer's LRA model), as a ratio to softmax "
         "attention from the same start on the same batches. Writes CSV, markdown and PNG.",
@@ -199,7 +200,7 @@ def cmd_bench_stability(args: argparse.Namespace) -> int:
         f"synthetic tokens; AdamW lr {args.lr:g}; {args.steps} steps, {args.seeds} seed(s). "
         f"kattn {info['kattn']}, torch {torch.__version__}"
     )
-    title = "# Instability score (seed 003 Appendix F, Table 3)"
+    title = "# Instability score (Chen et al. 2021, Appendix F, Table 3)"
     markdown = f"{title}\n\n{caption}.\n\n{stability_markdown(rows)}"
     return _write(args.out, "stability", rows, markdown, plot_stability, caption)
 
@@ -245,7 +246,7 @@ def _spectral(args: argparse.Namespace) -> int:
         f"heads × {args.seeds} seeds (bars: standard error). kattn {info['kattn']}, "
         f"torch {torch.__version__}"
     )
-    title = "# Spectral-norm approximation error (seed 003 §4.5, Fig. 1)"
+    title = "# Spectral-norm approximation error (Chen et al. 2021 §4.5, Fig. 1)"
     return _write(args.out, "spectral", rows, f"{title}\n\n{caption}.\n\n"
                   + spectral_markdown(rows), plot_spectral, caption)  # fmt: skip
 
@@ -297,7 +298,7 @@ def _norm_sweep(args: argparse.Namespace) -> int:
         f"seeds (bars: standard error of the mean). "
         f"kattn {info['kattn']}, torch {torch.__version__}"
     )
-    markdown = f"# Norm sweep (seed 000 §3.3, Fig. 1b)\n\n{caption}.\n\n{rows_to_markdown(rows)}"
+    markdown = f"# Norm sweep (Luo et al. 2021, Fig. 1b)\n\n{caption}.\n\n{rows_to_markdown(rows)}"
     return _write(args.out, "norm-sweep", rows, markdown, plot_norm_sweep, caption)
 
 

@@ -1,4 +1,4 @@
-"""Spectral-norm approximation study of seed 003 §4.5 (Fig. 1).
+"""Spectral-norm approximation study of Chen et al. 2021 (Skyformer) §4.5 (Fig. 1).
 
 For each approximate mechanism and its exact counterpart, on the same random Q, K, V: the
 relative spectral-norm error ``‖Ŷ − Y‖₂ / ‖Y‖₂`` of the outputs (``‖·‖₂`` the largest singular

@@ -1,4 +1,4 @@
-"""Training-stability study of seed 003 Appendix F (Table 3), after Liu et al. (2020).
+"""Training-stability study of Chen et al. 2021 Appendix F (Table 3), after Liu et al. (2020).
 
 For each mechanism, a small classifier (two pre-LN layers, width 64, 2 heads, MLP 128, mean
 pooling: Skyformer's LRA model) is trained for ``steps`` AdamW steps on the same batches from

@@ -1,4 +1,4 @@
-"""FastFood-RKS / FastFood-PRF (seed 004 eqs. 6, 12; Le et al., ICML 2013; Yang et al. 2015).
+"""FastFood-RKS / FastFood-PRF (KL-Transformer eqs. 6, 12; Le et al., ICML 2013; Yang et al. 2015).
 
 The frequency matrix is never formed: per block of d frequencies (d = the head dim rounded up
 to a power of two; x is zero-padded, not refused),

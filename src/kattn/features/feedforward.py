@@ -1,4 +1,4 @@
-"""Feed-forward kernels: φ learned by a small per-head network (Yorsh 2022, seed 002 §4.1).
+"""Feed-forward kernels: φ learned by a small per-head network (Yorsh 2022 §4.1).
 
 Instead of estimating ``exp(q·k)`` with random features, φ is a network trained with the rest of
 the model; its last activation is positive, so the normaliser of kernelized attention is too.
@@ -16,7 +16,7 @@ width) and hidden width D:
   trained by a reconstruction loss (the thesis reports that the variational one fails);
   in :mod:`kattn.features.feedforward_autoencoders`.
 
-Regulariser (seed 002 §4.1.1): ``λ Σ_W Σ_h ‖G_{W,h} − I‖_F²`` over the map's transform
+Regulariser (Yorsh 2022 §4.1.1): ``λ Σ_W Σ_h ‖G_{W,h} − I‖_F²`` over the map's transform
 matrices and heads, where G is the Gram matrix of the smaller side of ``W_h`` (``W Wᵀ`` for a
 wide W, ``Wᵀ W`` for a tall one), so an orthogonal W of any shape costs 0. It is returned by
 ``regularization_loss()``, which the training loop adds to the task loss.
@@ -152,7 +152,7 @@ class FeedforwardKernel(FeatureMap):
 class LinearFeedforwardKernel(FeedforwardKernel):
     """``φ(x) = softplus(x W)``, W ``(D, M)`` per head; cost ``O(L·D·M)``.
 
-    The "linear kernel" of Yorsh 2022 (seed 002 §4.1.1, Table 4.1); with the default
+    The "linear kernel" of Yorsh 2022 (§4.1.1, Table 4.1); with the default
     ``orthogonal_penalty=0.1`` it is the "orthogonal linear kernel".
     """
 
@@ -181,7 +181,7 @@ class LinearFeedforwardKernel(FeedforwardKernel):
 
 class FCNNFeedforwardKernel(FeedforwardKernel):
     """``φ(x) = softplus(FCNN(x) W)``, ``FCNN`` = ``depth`` layers ``x ↦ GELU(x W_i)`` (D → D);
-    cost ``O(L·D·(depth·D + M))`` (Yorsh 2022, seed 002 §4.1.1).
+    cost ``O(L·D·(depth·D + M))`` (Yorsh 2022 §4.1.1).
 
     Args:
         depth: number of hidden layers (>= 1).
@@ -253,7 +253,7 @@ class GatedLinearUnit(nn.Module):
 
 
 class GLUFeedforwardKernel(FeedforwardKernel):
-    """``depth`` stacked gated linear units (Yorsh 2022, seed 002 §4.1.1):
+    """``depth`` stacked gated linear units (Yorsh 2022 §4.1.1):
     ``GLU(X) = X W_t ⊙ σ(X W_g)`` (D → D) on hidden layers and
     ``GLU_out(X) = softplus(X W_t) ⊙ σ(X W_g)`` (→ M) last; cost ``O(L·D·(depth·D + M))``.
 
@@ -307,7 +307,7 @@ class GLUFeedforwardKernel(FeedforwardKernel):
 
 
 class ApproximatedGLUFeedforwardKernel(GLUFeedforwardKernel):
-    """AOGLU (Yorsh 2022, seed 002 §4.1.1): OGLU with low-rank gates ``W_g ≈ A B`` of rank
+    """AOGLU (Yorsh 2022 §4.1.1): OGLU with low-rank gates ``W_g ≈ A B`` of rank
     ``gate_rank`` (default ``max(1, D // 4)``, the thesis's r = d/4: a quarter fewer parameters
     than GLU); cost ``O(L·depth·D·(D + 2r))``.
     """

@@ -1,4 +1,4 @@
-"""Autoencoder feed-forward kernels (Yorsh 2022, seed 002 §4.1.1): φ is the code of a per-head
+"""Autoencoder feed-forward kernels (Yorsh 2022 §4.1.1): φ is the code of a per-head
 (variational) autoencoder of q and k, trained by a reconstruction loss recorded during the
 forward and returned by ``regularization_loss()``. See :mod:`kattn.features.feedforward`.
 """

@@ -1,5 +1,5 @@
-"""Generative-RKS / Generative-PRF (seed 004 eqs. 7, 11; Fang et al. 2020): a generator network
-maps Gaussian noise to the frequencies, ``ω_m = g(n_m)``, ``n_m ~ N(0, I)``, so the spectral
+"""Generative-RKS / Generative-PRF (KL-Transformer eqs. 7, 11; Fang et al. 2020): a generator
+network maps Gaussian noise to the frequencies, ``ω_m = g(n_m)``, ``n_m ~ N(0, I)``, so the spectral
 density is learned implicitly.
 
 ``g``: 4 fully connected layers, each with batch normalisation and LeakyReLU, then a fully

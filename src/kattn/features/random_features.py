@@ -1,9 +1,9 @@
 """Random-feature maps whose kernel estimates ``exp(x·y)``: PRF (FAVOR+) and TRF.
 
-* ``prf`` — positive random features (Choromanski et al. 2021; seed 000 eq. 5):
+* ``prf`` — positive random features (Choromanski et al. 2021; Luo et al. 2021 eq. 5):
   ``φ(x) = exp(Wx − ‖x‖²/2) / √M``, all positive, ``E[φ(x)·φ(y)] = exp(x·y)``.
 * ``trf`` — trigonometric random features (Rahimi & Recht 2007; RFA, Peng et al. 2021;
-  seed 000 eq. 4): ``φ(x) = exp(‖x‖²/2) / √(M/2) · [sin(Wx), cos(Wx)]`` with M/2 frequencies;
+  Luo et al. 2021 eq. 4): ``φ(x) = exp(‖x‖²/2) / √(M/2) · [sin(Wx), cos(Wx)]`` with M/2 frequencies;
   signed, so its normaliser can approach 0.
 
 Both return bounded values and a per-row log-scale (see :class:`~kattn.features.Features`),

@@ -3,7 +3,7 @@
 * ``gaussian``: iid rows ``w ~ N(0, I_D)``.
 * ``orthogonal`` (ORF): rows orthogonal within each block of D, each row rescaled to the norm of
   an independent ``N(0, I_D)`` vector, so every row is still marginally Gaussian.
-* ``sphere``: iid rows uniform on the sphere of radius √D (seed 000 §4.5, "Sphere-PRF").
+* ``sphere``: iid rows uniform on the sphere of radius √D (Luo et al. 2021 §4.5, "Sphere-PRF").
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""Learned spectral feature maps (KL-Transformer, "On Learning the Transformer Kernel", seed 004
+"""Learned spectral feature maps (KL-Transformer, "On Learning the Transformer Kernel"
 §2.1): the frequencies Ω of a random-feature map are drawn from a learned spectral density.
 
 Every map has two forms over the same frequencies ``ω_1..ω_P`` (per head):
 
-* ``rks`` — random kitchen sinks (Rahimi & Recht 2007; seed 004 eq. 3):
+* ``rks`` — random kitchen sinks (Rahimi & Recht 2007; KL-Transformer eq. 3):
   ``φ(x) = [cos(Ωx), sin(Ωx)] / √P`` (2P features), so ``φ(x)·φ(y) = (1/P) Σ_p cos(ω_p·(x−y))``
   estimates the real, shift-invariant kernel whose spectral density the ω are drawn from.
   Signed features: the attention normaliser can approach 0.
-* ``prf`` — positive random features (seed 004 eq. 9): ``φ(x) = exp(Ωx − ‖x‖²/2) / √P``
+* ``prf`` — positive random features (KL-Transformer eq. 9): ``φ(x) = exp(Ωx − ‖x‖²/2) / √P``
   (P features, all positive); with ``ω ~ N(0, I)`` this is FAVOR+ and estimates ``exp(x·y)``.
 
 The noise behind the frequencies is a buffer (``state_dict`` reproduces it), drawn afresh every
@@ -126,7 +126,7 @@ def _cos_sin(u: Tensor) -> Tensor:
 
 
 class GaussianMixtureFeatures(SpectralFeatureMap):
-    """GMM-RKS / GMM-PRF (seed 004 eqs. 5, 10): the spectral density is a mixture of C
+    """GMM-RKS / GMM-PRF (KL-Transformer eqs. 5, 10): the spectral density is a mixture of C
     Gaussians with equal weights, ``ω_{c,m} = Σ_c n_m + μ_c``, ``n_m ~ N(0, I)``, per head.
 
     M frequencies per head in all, M/C per component (so M means the same cost for every

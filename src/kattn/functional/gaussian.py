@@ -1,4 +1,4 @@
-"""Exact Gaussian-kernel attention (Skyformer's "kernelized attention", seed 003 eq. 3).
+"""Exact Gaussian-kernel attention (Skyformer's "kernelized attention", Chen et al. 2021 eq. 3).
 
 ``out = κ(Q/p^¼, K/p^¼) V`` with ``κ(x, y) = exp(−‖x − y‖²/2)`` and p the head dim, **without
 row normalisation** (the paper's "automatic normalisation": the kernel is the softmax

@@ -2,7 +2,7 @@
 
 ``H`` is the unnormalised Sylvester–Hadamard matrix of order D (a power of two):
 ``H_1 = [1]``, ``H_2n = [[H_n, H_n], [H_n, −H_n]]``; entries ±1, symmetric, ``H H = D·I``.
-FastFood (Le et al., ICML 2013; seed 004 eq. 6) applies it twice per block of frequencies.
+FastFood (Le et al., ICML 2013; KL-Transformer eq. 6) applies it twice per block of frequencies.
 """
 
 from __future__ import annotations

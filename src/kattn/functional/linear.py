@@ -1,6 +1,6 @@
 """Linear (kernelized) attention, ``z_i = φ(q_i)·Σ_j φ(k_j) v_jᵀ / φ(q_i)·Σ_j φ(k_j)``.
 
-Katharopoulos et al. 2020 ("Transformers are RNNs"); the normalised form of seed 000 eq. (3).
+Katharopoulos et al. 2020 ("Transformers are RNNs"); the normalised form of Luo et al. 2021 eq. (3).
 
 Features come in log-space friendly form: the key features are ``phi_k · exp(k_log_scale)``
 with ``phi_k`` bounded and ``k_log_scale`` a per-key scalar ``(B, H, Lk)`` that may be large

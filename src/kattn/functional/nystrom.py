@@ -35,7 +35,7 @@ def skyformer_attention(
     iterations: int | None = 6,
     init: str = "per_matrix",
 ) -> Tensor:
-    """Skyformer (seed 003 §4.2): ``C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V`` in O(L·S).
+    """Skyformer (Chen et al. 2021 §4.2): ``C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V`` in O(L·S).
 
     ``C̄ = κ(X, X)`` is the Gaussian kernel on ``X = [Q; K]/p^¼`` (the PSD completion of the
     query–key kernel), S the landmark rows of X. ``(C̄_{S,S} + γI)^{-1}`` is computed on the

@@ -2,7 +2,7 @@
 
 Tokens are the cells of an ``h×w`` grid in row-major order; the weight of key ``(r_j, c_j)``
 for query ``(r_i, c_i)`` is ``exp(b[r_j − r_i, c_j − c_i])`` (one learnable scalar per
-(Δrow, Δcol) and head, the 2-D relative bias of the Swin Transformer used by seed 000 §4.4).
+(Δrow, Δcol) and head, the 2-D relative bias of the Swin Transformer used by Luo et al. 2021 §4.4).
 The matrix is block-Toeplitz with Toeplitz blocks, so it multiplies ``φ(K) ⊗ V`` by a 2-D FFT
 of size about ``2h × 2w``. Causal order is the row-major order: the future is ``Δrow > 0`` or
 ``Δrow = 0, Δcol > 0``, a set of offsets, so causal attention zeroes those coefficients.

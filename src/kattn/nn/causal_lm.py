@@ -60,7 +60,7 @@ class CausalLM(nn.Module):
         vocab_size: number of token ids.
         max_len: longest sequence the model reads (learned positions and mechanisms whose
             parameters depend on it are sized by it).
-        dim, depth, num_heads, ffn_dim: the shape (seed 000's WikiText-103 decoder: 512, 6,
+        dim, depth, num_heads, ffn_dim: the shape (Luo et al. 2021 §4.2, WikiText-103: 512, 6,
             8, 2048).
         mechanism, **options: the attention of every layer (it needs ``supports_causal``) and
             its options.

@@ -67,8 +67,8 @@ def add_train_parsers(sub: Any) -> None:
         "--preset",
         choices=sorted(PRESETS),
         help="the papers' settings: skyformer (default with --data), lra, kl, "
-        "small (default without --data); for lm: luo-lm (default with --data: seed 000's "
-        "WikiText-103 decoder) or small",
+        "small (default without --data); for lm: luo-lm (default with --data: the "
+        "WikiText-103 decoder of Luo et al. 2021) or small",
     )
     p.add_argument(
         "--config",

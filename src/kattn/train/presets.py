@@ -73,7 +73,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                        "train.steps": 62400, "train.eval_every": 312,
                        "train.batch_size": 512, "data.max_len": 1024},
     },
-    # The KL-Transformer (seed 004, Table 4; no Pathfinder there).
+    # The KL-Transformer ("On Learning the Transformer Kernel", Table 4; no Pathfinder there).
     "kl": {
         "listops": {**_LRA, **_model(512, 6, 8, 2048, "cls", "sinusoidal"),
                     "optim.lr": 5e-3, "optim.warmup_steps": 1000, "train.steps": 10000,
