@@ -84,6 +84,7 @@ class NystromformerAttention(Attention):
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
         lq, lk = q.shape[2], k.shape[2]
+        k, v = _zero_padded(k, v, key_padding_mask)
         if max(lq, lk) <= self.num_landmarks:
             out = softmax_attention(q, k, v, key_padding_mask=key_padding_mask)
         else:
@@ -98,13 +99,8 @@ class NystromformerAttention(Attention):
             )
         if self.conv is not None:
             self._check_conv_lengths(lq, lk)
-            values = v
-            if key_padding_mask is not None:
-                values = v.masked_fill(key_padding_mask[:, None, :, None], 0.0)
             size = self.conv.shape[2]
-            skip = F.conv2d(
-                values, self.conv.to(v.dtype), padding=(size // 2, 0), groups=self.num_heads
-            )
+            skip = F.conv2d(v, self.conv.to(v.dtype), padding=(size // 2, 0), groups=self.num_heads)
             out = out + skip
         return out
 
@@ -112,6 +108,7 @@ class NystromformerAttention(Attention):
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
         lq, lk = q.shape[2], k.shape[2]
+        k, v = _zero_padded(k, v, key_padding_mask)
         if self.conv is not None:
             self._check_conv_lengths(lq, lk)
         if max(lq, lk) <= self.num_landmarks:  # every token is its own landmark: exact
@@ -136,10 +133,7 @@ class NystromformerAttention(Attention):
         inside = (tap >= 0) & (tap < size)
         weights = self.conv[:, 0, :, 0].to(v.dtype)  # (H, size)
         band = weights[:, tap.clamp(0, size - 1)] * inside  # (H, L, L)
-        values = v
-        if key_padding_mask is not None:
-            values = v.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-        return out + torch.einsum("hij,bhjd->bhid", band, values)
+        return out + torch.einsum("hij,bhjd->bhid", band, v)
 
     def _check_conv_lengths(self, lq: int, lk: int) -> None:
         if lq != lk:
@@ -153,6 +147,15 @@ class NystromformerAttention(Attention):
             f"num_landmarks={self.num_landmarks}, pinv_iterations={self.pinv_iterations}, "
             f"pinv_init={self.pinv_init!r}, conv_kernel_size={self.conv_kernel_size}"
         )
+
+
+def _zero_padded(k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """k and v with padded positions zeroed: padded keys count nowhere, not even a NaN or Inf
+    there through a zero weight (the exact path, the convolution skip), and get no gradient."""
+    if key_padding_mask is None:
+        return k, v
+    pad = key_padding_mask[:, None, :, None]
+    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
 
 
 register_mechanism(

@@ -216,7 +216,8 @@ def gaussian_attention(
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
     """
     out_dtype, acc = v.dtype, accumulation_dtype(v.dtype)
-    kernel = gaussian_kernel(q.to(acc), k.to(acc), scale=q.shape[-1] ** -0.25)
+    k, v = _zero_padded(k.to(acc), v.to(acc), key_padding_mask)
+    kernel = gaussian_kernel(q.to(acc), k, scale=q.shape[-1] ** -0.25)
     allowed = allowed_keys(
         q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
     )
@@ -224,23 +225,30 @@ def gaussian_attention(
         kernel = kernel.masked_fill(~allowed, 0.0)
     if dropout_p > 0:
         kernel = torch.nn.functional.dropout(kernel, p=dropout_p)
-    v = v.to(acc)
-    if key_padding_mask is not None:  # so that not even a non-finite padded value leaks
-        v = v.masked_fill(key_padding_mask[:, None, :, None], 0.0)
     return (kernel @ v).to(out_dtype)
+
+
+def _zero_padded(k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Padded keys and values zeroed, so that not even a NaN or Inf there reaches an output
+    or a gradient through a zero weight."""
+    if key_padding_mask is None:
+        return k, v
+    pad = key_padding_mask[:, None, :, None]
+    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
 
 
 def gaussian_attention_reference(
     q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None
 ) -> Tensor:
     """The definition, with explicit pairwise distances (slow; for tests)."""
-    acc = accumulation_dtype(v.dtype)
+    acc, out_dtype = accumulation_dtype(v.dtype), v.dtype
+    k, v = _zero_padded(k.to(acc), v.to(acc), key_padding_mask)
     scale = q.shape[-1] ** -0.25
-    dist2 = torch.cdist(q.to(acc) * scale, k.to(acc) * scale).square()
+    dist2 = torch.cdist(q.to(acc) * scale, k * scale).square()
     kernel = torch.exp(-0.5 * dist2)
     allowed = allowed_keys(
         q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
     )
     if allowed is not None:
         kernel = kernel.masked_fill(~allowed, 0.0)
-    return (kernel @ v.to(acc)).to(v.dtype)
+    return (kernel @ v).to(out_dtype)

@@ -138,15 +138,17 @@ def _landmarks(
     q: Tensor, k: Tensor, v: Tensor, num_landmarks: int, key_padding_mask: Tensor | None
 ) -> tuple[Tensor, ...]:
     """Nyströmformer's inputs in the accumulation dtype (q, k scaled by ``D^{-¼}``, padded
-    values zeroed) and its segment-mean landmarks with their validity."""
+    keys and values zeroed, so that not even a NaN or Inf there counts through a zero
+    weight) and its segment-mean landmarks with their validity."""
     acc = accumulation_dtype(v.dtype)
     lq, d = q.shape[2:]
     lk = k.shape[2]
     scale = d**-0.25
     q32, k32, v32 = q.to(acc) * scale, k.to(acc) * scale, v.to(acc)
     keys_ok = None if key_padding_mask is None else ~key_padding_mask
-    if keys_ok is not None:
-        v32 = v32.masked_fill(~keys_ok[:, None, :, None], 0.0)
+    if key_padding_mask is not None:
+        pad = key_padding_mask[:, None, :, None]
+        k32, v32 = k32.masked_fill(pad, 0.0), v32.masked_fill(pad, 0.0)
     queries_ok = keys_ok if lq == lk else None
     q_land, q_land_ok = segment_means(q32, min(num_landmarks, lq), queries_ok)
     k_land, k_land_ok = segment_means(k32, min(num_landmarks, lk), keys_ok)
