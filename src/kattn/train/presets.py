@@ -105,7 +105,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                "optim.weight_decay": 0.01, "optim.grad_clip_value": None,
                "optim.grad_clip_norm": 1.0},
     },
-    # Seed 000's WikiText-103 decoder (its §4.2 and appendix A.2): 6 layers, 8 heads, dim 512,
+    # Luo et al. 2021's WikiText-103 decoder (§4.2, appendix A.2): 6 layers, 8 heads, dim 512,
     # FFN 2048, M = 64 random features, blocks of 512, batch 64, dropout 0.1, weight decay
     # 0.01, Adam (0.9, 0.98) eps 1e-6, 150k steps, 6k warm-up then inverse square root with a
     # peak of 2e-3 (kattn's rsqrt peaks at lr/√w, hence lr = 2e-3·√6000).
