@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from kattn.cli import main
-from kattn.train.config import RunConfig, validate
+from kattn.train.config import RunConfig
 from kattn.train.tasks import EMBEDDED_LISTOPS, TASK_LENGTHS, build_model
+from kattn.train.validation import validate
 
 from .test_train_loop import listops_dir  # noqa: F401  (the fixture)
 
@@ -61,6 +62,20 @@ def test_presets_flags_and_overrides(capsys):
 def test_bad_flags_exit_2_with_a_message(capsys, argv, message):
     assert main(["train", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "setting", ["optim.grad_clip_value=-1", "optim.grad_clip_norm=0", "model.embedding_std=-1"]
+)
+def test_non_positive_clipping_and_init_exit_2(capsys, setting):
+    assert main(["train", "--set", setting, "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert f"{setting.partition('=')[0]} must be positive" in err and "Traceback" not in err
+
+
+def test_clipping_off_is_null(capsys):
+    config = config_of(capsys, "--set", "optim.grad_clip_value=null")
+    assert config["optim"]["grad_clip_value"] is None
 
 
 def test_stop_resume_and_eval(listops_dir, tmp_path, capsys):  # noqa: F811

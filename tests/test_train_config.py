@@ -5,6 +5,7 @@ import json
 import pytest
 
 from kattn.train import RunConfig, apply_overrides, preset
+from kattn.train.validation import validate
 
 
 def test_overrides_are_parsed_to_the_field_types():
@@ -67,3 +68,35 @@ def test_json_round_trip_and_unknown_keys_in_a_saved_config():
     bad["train"]["stepz"] = 3
     with pytest.raises(ValueError, match=r"unknown config key train\.stepz"):
         RunConfig.from_dict(bad)
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("optim.grad_clip_value=-1", r"optim\.grad_clip_value must be positive.*null"),
+        ("optim.grad_clip_value=0", r"optim\.grad_clip_value must be positive.*null"),
+        ("optim.grad_clip_norm=0", r"optim\.grad_clip_norm must be positive.*null"),
+        ("optim.grad_clip_norm=-2.5", r"optim\.grad_clip_norm must be positive.*null"),
+        ("model.embedding_std=-1", r"model\.embedding_std must be positive"),
+        ("model.embedding_std=0", r"model\.embedding_std must be positive"),
+        ("optim.eps=0", r"optim\.eps must be positive"),
+        ("optim.weight_decay=-0.1", r"optim\.weight_decay must be ≥ 0"),
+        ("optim.beta1=1", r"optim\.beta1 must be in \[0, 1\)"),
+        ("model.dropout=1.5", r"model\.dropout must be in \[0, 1\)"),
+    ],
+)
+def test_values_out_of_range_are_refused_naming_the_key(override, match):
+    with pytest.raises(ValueError, match=match):
+        validate(apply_overrides(RunConfig(), [override]))
+
+
+def test_clipping_is_turned_off_by_null_and_off_is_not_a_number():
+    config = apply_overrides(
+        RunConfig(), ["optim.grad_clip_value=null", "optim.grad_clip_norm=null"]
+    )
+    validate(config)
+    assert config.optim.grad_clip_value is None and config.optim.grad_clip_norm is None
+    with pytest.raises(
+        ValueError, match=r"optim\.grad_clip_value must be float or null, got 'off'"
+    ):
+        apply_overrides(RunConfig(), ["optim.grad_clip_value=off"])

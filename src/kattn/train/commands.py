@@ -11,6 +11,7 @@ from typing import Any
 from .checkpoint import save_json
 from .config import PRESETS, TASKS, RunConfig, apply_overrides, drop_preset_options, preset
 from .loop import Interrupted, evaluate_run, train
+from .validation import validate
 
 #: flags that set the config (refused with --resume, which keeps the run's config.json).
 _CONFIG_FLAGS = (
@@ -165,7 +166,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         config = RunConfig()
     else:
-        config = resolve_config(args)
+        config = validate(resolve_config(args))
     if args.print_config:
         print(config.to_json())
         return 0

@@ -238,7 +238,9 @@ def _coerce(spec: dataclasses.Field[Any], value: Any, key: str) -> Any:
             return value
         if typing.get_origin(kind) is dict and isinstance(value, dict):
             return value
-    names = " or ".join(getattr(k, "__name__", str(k)) for k in allowed)
+    names = " or ".join(
+        "null" if k is type(None) else getattr(k, "__name__", str(k)) for k in allowed
+    )
     raise ValueError(f"{key} must be {names}, got {value!r}")
 
 
@@ -247,90 +249,6 @@ def _owner(spec: dataclasses.Field[Any]) -> type:
         if spec in dataclasses.fields(cls):
             return cls
     raise LookupError(spec.name)
-
-
-def validate(config: RunConfig) -> RunConfig:
-    """``config`` if its values are usable, else a ``ValueError`` naming the field."""
-    choices = {
-        "data.task": (config.data.task, TASKS),
-        "data.tokenization": (config.data.tokenization, ("official", "legacy")),
-        "optim.schedule": (config.optim.schedule, SCHEDULES),
-        "optim.amp_dtype": (config.optim.amp_dtype, AMP_DTYPES),
-        "model.pooling": (config.model.pooling, ("mean", "cls")),
-        "model.positions": (config.model.positions, ("learned", "sinusoidal", "none")),
-    }
-    for key, (choice, allowed) in choices.items():
-        if choice not in allowed:
-            raise ValueError(f"{key} must be one of {', '.join(allowed)}, got {choice!r}")
-    positive = {
-        "train.steps": config.train.steps,
-        "train.batch_size": config.train.batch_size,
-        "train.eval_every": config.train.eval_every,
-        "train.log_every": config.train.log_every,
-        "optim.accumulate": config.optim.accumulate,
-        "model.dim": config.model.dim,
-        "model.num_layers": config.model.num_layers,
-        "model.num_heads": config.model.num_heads,
-        "model.ffn_dim": config.model.ffn_dim,
-    }
-    optional = {
-        "data.max_len": config.data.max_len,
-        "data.truncate": config.data.truncate,
-        "train.eval_batches": config.train.eval_batches,
-        "train.early_stop": config.train.early_stop,
-        "model.head_hidden": config.model.head_hidden,
-        "data.block_size": config.data.block_size,
-    }
-    positive.update({k: v for k, v in optional.items() if v is not None})
-    for key, value in positive.items():
-        if value < 1:
-            raise ValueError(f"{key} must be positive, got {value}")
-    if config.optim.warmup_steps < 0 or config.optim.lr <= 0:
-        raise ValueError("optim.warmup_steps must be ≥ 0 and optim.lr > 0")
-    if config.train.batch_size % config.optim.accumulate:
-        raise ValueError(
-            f"train.batch_size ({config.train.batch_size}) must be a multiple of "
-            f"optim.accumulate ({config.optim.accumulate})"
-        )
-    if not 0.0 <= config.train.best_after <= 1.0:
-        raise ValueError(f"train.best_after must be in [0, 1], got {config.train.best_after}")
-    if config.model.dim % config.model.num_heads:
-        raise ValueError(
-            f"model.dim ({config.model.dim}) must be a multiple of model.num_heads "
-            f"({config.model.num_heads})"
-        )
-    if config.data.max_len and config.data.truncate and config.data.truncate > config.data.max_len:
-        raise ValueError(
-            f"data.truncate ({config.data.truncate}) exceeds data.max_len ({config.data.max_len})"
-        )
-    _validate_task_fields(config)
-    return config
-
-
-def _validate_task_fields(config: RunConfig) -> None:
-    data, attention = config.data, config.attention
-    if data.task != "lm":
-        for key in ("block_size", "tokenizer"):
-            if getattr(data, key) is not None:
-                raise ValueError(f"data.{key} is for task lm, not {data.task}")
-        return
-    for key in ("max_len", "truncate"):
-        if getattr(data, key) is not None:
-            raise ValueError(
-                f"data.{key} is not used by task lm: its sequences are blocks of "
-                f"data.block_size tokens"
-            )
-    if not mechanism_supports_causal(attention.name, attention.options):
-        raise ValueError(
-            f"task lm needs a causal mechanism, and {attention.name!r} has no causal form "
-            "(supports_causal is False); see kattn list"
-        )
-
-
-def mechanism_supports_causal(name: str, options: Mapping[str, Any]) -> bool:
-    """Whether mechanism ``name`` built with ``options`` has a causal form."""
-    entry = MECHANISMS.get(name)
-    return bool(entry.cls.capabilities(**{**entry.defaults, **options})["supports_causal"])
 
 
 def unaccepted_options(name: str, options: Mapping[str, Any]) -> list[str]:

@@ -33,7 +33,7 @@ from .. import __version__
 from ..data import LMData
 from .batches import BatchOrder
 from .checkpoint import BEST, LAST, RunState, load_checkpoint, save_checkpoint, save_json
-from .config import RunConfig, validate
+from .config import RunConfig
 from .distributed import (
     Processes,
     close_processes,
@@ -45,6 +45,7 @@ from .metrics import METRICS, MetricsLog, peak_memory, truncate_metrics
 from .objectives import build_objective
 from .schedules import build_optimizer
 from .tasks import build_model, load_task, run_tokenizer
+from .validation import validate
 
 CONFIG = "config.json"
 RESULTS = "results.json"
