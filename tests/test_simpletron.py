@@ -25,7 +25,8 @@ def build(**options):
 
 
 def explicit(q, k, v, mask, *, causal):
-    """``z_i = q_i·Σ_{j visible} k_j v_jᵀ / √n_i``, one batch element and query at a time."""
+    """``z_i = q_i·Σ_{j visible} k_j v_jᵀ``, over √n (the visible keys) when non-causal, one
+    batch element and query at a time."""
     out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=q.dtype)
     keep = torch.ones(k.shape[0], k.shape[2], dtype=torch.bool) if mask is None else ~mask
     for b in range(q.shape[0]):
@@ -34,7 +35,7 @@ def explicit(q, k, v, mask, *, causal):
             if causal:
                 seen[i + 1 :] = False
             s = torch.einsum("hjd,hje->hde", k[b][:, seen], v[b][:, seen])  # (H, D, Dv)
-            n = max(int(seen.sum()), 1)
+            n = 1 if causal else max(int(seen.sum()), 1)
             out[b, :, i] = torch.einsum("hd,hde->he", q[b, :, i], s) / n**0.5
     return out
 
@@ -126,7 +127,7 @@ def test_causal_never_sees_the_future_not_even_its_length():
     g = torch.Generator().manual_seed(3)
     for x in (q2, k2, v2):
         x[:, :, t + 1 :] = torch.randn(x[:, :, t + 1 :].shape, generator=g, dtype=x.dtype) * 9
-    trailing = padding_mask(B, L, (L - t - 1, 4))  # padding after t changes no earlier n_i
+    trailing = padding_mask(B, L, (L - t - 1, 4))  # padding after t changes no earlier output
     for mask in (None, trailing):
         out1 = simpletron_attention(q, k, v, causal=True, chunk_size=8)
         out2 = simpletron_attention(q2, k2, v2, causal=True, key_padding_mask=mask, chunk_size=8)

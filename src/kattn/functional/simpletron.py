@@ -1,25 +1,28 @@
 """SimpleTRON attention: ``Z = Q (Kᵀ V) / √n``, no feature map, no normaliser.
 
-Yorsh, The Study of Linear Self-Attention Mechanism in Transformer (CTU Prague 2022), §4.2:
-linear attention with φ = identity whose row normaliser ``φ(q_i)·Σ_j φ(k_j)`` is replaced by a
-constant. ``n`` is the number of keys query i sees that are not padding, at least 1 (a fully
-padded row gives zeros):
+Yorsh, The Study of Linear Self-Attention Mechanism in Transformer (bachelor's thesis, CTU
+Prague 2022), §4.2: linear attention with φ = identity whose row normaliser
+``φ(q_i)·Σ_j φ(k_j)`` is replaced by a constant.
 
-* non-causal: ``z_i = q_i·Σ_j k_j v_jᵀ / √n`` with n the non-padded keys of the batch element
-  (the thesis's ``1/√L`` when nothing is padded), O(L·D·Dv);
-* causal: ``z_i = q_i·S_i / √n_i``, ``S_i = S_{i−1} + k_i v_iᵀ``, n_i the non-padded keys at
-  positions ``j <= i``.
+* non-causal: ``z_i = q_i·Σ_j k_j v_jᵀ / √n`` with n the non-padded keys of the batch element,
+  at least 1 (the thesis's ``1/√L`` when nothing is padded; a fully padded row gives zeros),
+  O(L·D·Dv);
+* causal (the thesis's "MaskedSimpleAtt"): ``z_i = q_i·S_i``, ``S_i = S_{i−1} + k_i v_iᵀ``,
+  ``S_0 = 0``, with no scale at all (``causal_scale="none"``, the default).
 
-The causal count departs from the thesis on purpose: its constant ``1/√L`` uses the final
-length, which a decoder does not know, and would let later tokens (trailing padding included)
-change earlier outputs. With the prefix count, position i depends on nothing after it and the
-causal forward equals the recurrent steps.
+``causal_scale="sqrt_prefix_count"`` divides query i by ``√n_i`` instead, n_i the non-padded
+keys at positions ``j <= i`` (at least 1): a kattn variant, not in the thesis, that keeps the
+output's magnitude from growing like ``√i`` along the sequence, the causal counterpart of the
+non-causal ``1/√n`` (which no causal form can use: it depends on the final length). Under
+either option position i depends on nothing after it and the causal forward equals the
+recurrent steps.
 
 Paths (each equal to :func:`simpletron_attention_reference`): :func:`simpletron_attention`
 (non-causal by ``Kᵀ V``, causal by the chunkwise-parallel sums of
 :func:`~kattn.functional.linear_causal.causal_linear_sums`), :func:`simpletron_prefill` and
 :func:`simpletron_step`. Sums are accumulated in fp32 (fp64 stays fp64), padded keys and values
-are zeroed, and the output has the dtype of ``v``.
+are zeroed, and the output has the dtype of ``v``. Counts are computed by tensor operations
+(never from Python numbers), so a ``torch.jit.trace`` of the non-causal form holds at any length.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ from .linear_step import causal_step_sums
 from .masks import allowed_keys
 from .numerics import accumulation_dtype, prepare_linear_inputs
 
+#: values of ``causal_scale``: the thesis's unscaled ``q_i·S_i`` and the prefix-count variant.
+CAUSAL_SCALES = ("none", "sqrt_prefix_count")
+
 
 class SimpletronState(NamedTuple):
     """Recurrent state of causal SimpleTRON after t tokens, constant in size.
@@ -47,11 +53,22 @@ class SimpletronState(NamedTuple):
     Attributes:
         sums: the :class:`~kattn.functional.linear_causal.LinearState` of causal linear
             attention with φ = identity; ``sums.kv (B, H, D, Dv)`` is ``S_t = Σ_{j<=t} k_j v_jᵀ``.
-        num_keys: ``(B,)``, n, the number of non-padded keys so far.
+        num_keys: ``(B,)``, n, the number of non-padded keys so far (kept under either
+            ``causal_scale``, so a state does not depend on the option).
     """
 
     sums: LinearState
     num_keys: Tensor
+
+
+def check_causal_scale(causal_scale: object) -> str:
+    """``causal_scale`` if it is one of :data:`CAUSAL_SCALES`, else a ``ValueError``."""
+    if not isinstance(causal_scale, str) or causal_scale not in CAUSAL_SCALES:
+        raise ValueError(
+            f"causal_scale must be one of {', '.join(map(repr, CAUSAL_SCALES))}, "
+            f"got {causal_scale!r}"
+        )
+    return causal_scale
 
 
 def simpletron_attention(
@@ -61,30 +78,41 @@ def simpletron_attention(
     *,
     causal: bool = False,
     key_padding_mask: Tensor | None = None,
+    causal_scale: str = "none",
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> Tensor:
-    """``Q (Kᵀ V) / √n``, non-causal in O(L·D·Dv) or causal in chunkwise-parallel form.
+    """``Q (Kᵀ V) / √n`` non-causally in O(L·D·Dv); causally ``z_i = q_i·S_i`` in
+    chunkwise-parallel form.
 
     Args:
         q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)`` (causal: Lq == Lk).
-        causal: query i sees keys ``j <= i`` and divides by the prefix count ``√n_i``.
+        causal: query i sees keys ``j <= i``.
         key_padding_mask: ``(B, Lk)`` bool, True marks keys that must not count (in the sums
             and in n).
+        causal_scale: ``"none"`` (the thesis: ``q_i·S_i``) or ``"sqrt_prefix_count"``
+            (``q_i·S_i / √n_i``, n_i the non-padded keys at ``j <= i``); causal only.
         chunk_size: tokens per chunk of the causal form.
         block_size: tokens per block of chunks computed together (causal form).
 
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
     """
+    check_causal_scale(causal_scale)
     if causal:
         out, _ = simpletron_prefill(
-            q, k, v, key_padding_mask=key_padding_mask, chunk_size=chunk_size, block_size=block_size
+            q,
+            k,
+            v,
+            key_padding_mask=key_padding_mask,
+            causal_scale=causal_scale,
+            chunk_size=chunk_size,
+            block_size=block_size,
         )
         return out
     fq, fk, v32, _ = prepare_linear_inputs(q, k, v, None, key_padding_mask)
     kv = fk.transpose(-1, -2) @ v32  # (B, H, D, Dv)
-    count = _key_count(key_padding_mask, k.shape[0], k.shape[2], fq)  # (B,)
+    count = _kept_keys(key_padding_mask, fk).sum(dim=1).clamp_min(1.0)  # (B,)
     return (fq @ kv / count.sqrt()[:, None, None, None]).to(v.dtype)
 
 
@@ -95,6 +123,7 @@ def simpletron_prefill(
     state: SimpletronState | None = None,
     *,
     key_padding_mask: Tensor | None = None,
+    causal_scale: str = "none",
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> tuple[Tensor, SimpletronState]:
@@ -104,28 +133,25 @@ def simpletron_prefill(
         q, k: ``(B, H, L, D)``; v: ``(B, H, L, Dv)``.
         state: the state after the tokens before these ones.
         key_padding_mask: ``(B, L)`` bool, True marks keys that must not count.
-        chunk_size, block_size: see :func:`simpletron_attention`.
+        causal_scale, chunk_size, block_size: see :func:`simpletron_attention`.
 
     Returns:
         The output ``(B, H, L, Dv)`` in the dtype of ``v`` and the state after the L tokens.
     """
+    check_causal_scale(causal_scale)
     fq, fk, v32, _ = prepare_linear_inputs(q, k, v, None, key_padding_mask)
-    b, _, length, _ = fk.shape
     sums: LinearState | None = None
-    before = fq.new_zeros(b)
+    before = fq.new_zeros(fk.shape[0])
     if state is not None:
-        sums, before = _checked(state, b)
+        sums, before = _checked(state, fk.shape[0])
     num, _, _, final = causal_linear_sums(
         fq, fk, v32, None, sums, chunk_size=chunk_size, block_size=block_size
     )
-    if key_padding_mask is None:
-        ones = torch.ones(length, device=fq.device, dtype=fq.dtype)
-        seen = ones.cumsum(0).expand(b, length)  # (B, L)
-    else:
-        seen = (~key_padding_mask).to(fq.dtype).cumsum(dim=1)
-    seen = seen + before.to(fq.dtype)[:, None]  # (B, L), the count n_i of each query
-    out = num / seen.clamp_min(1.0).sqrt()[:, None, :, None]
-    return out.to(v.dtype), SimpletronState(final, seen[:, -1])
+    seen = _kept_keys(key_padding_mask, fk).cumsum(dim=1)  # (B, L), keys seen by each query
+    seen = seen + before.to(fq.dtype)[:, None]
+    if causal_scale == "sqrt_prefix_count":
+        num = num / seen.clamp_min(1.0).sqrt()[:, None, :, None]
+    return num.to(v.dtype), SimpletronState(final, seen[:, -1])
 
 
 def simpletron_init_state(
@@ -147,23 +173,27 @@ def simpletron_init_state(
 
 
 def simpletron_step(
-    q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SimpletronState
+    q_t: Tensor, k_t: Tensor, v_t: Tensor, state: SimpletronState, *, causal_scale: str = "none"
 ) -> tuple[Tensor, SimpletronState]:
-    """One causal step, ``z_t = q_t·S_t / √n_t``: O(D·Dv) time and memory at any position.
+    """One causal step, ``z_t = q_t·S_t`` (over ``√n_t`` with ``"sqrt_prefix_count"``):
+    O(D·Dv) time and memory at any position.
 
     Args:
         q_t, k_t: ``(B, H, 1, D)``; v_t: ``(B, H, 1, Dv)``.
         state: the state after the previous tokens.
+        causal_scale: see :func:`simpletron_attention`.
 
     Returns:
         The output ``(B, H, 1, Dv)`` and the state including this token.
     """
+    check_causal_scale(causal_scale)
     fq, fk, v32, _ = prepare_linear_inputs(q_t, k_t, v_t, None, None)
     sums, before = _checked(state, fk.shape[0])
     num, _, sums = causal_step_sums(fq, fk, v32, None, sums)
     count = before.to(fq.dtype) + 1.0
-    out = num / count.sqrt()[:, None, None, None]
-    return out.to(v_t.dtype), SimpletronState(sums, count)
+    if causal_scale == "sqrt_prefix_count":
+        num = num / count.sqrt()[:, None, None, None]
+    return num.to(v_t.dtype), SimpletronState(sums, count)
 
 
 def simpletron_attention_reference(
@@ -173,28 +203,35 @@ def simpletron_attention_reference(
     *,
     causal: bool = False,
     key_padding_mask: Tensor | None = None,
+    causal_scale: str = "none",
 ) -> Tensor:
-    """Slow, explicit SimpleTRON: the masked ``(Lq, Lk)`` matrix ``Q Kᵀ``, times V, over √n.
+    """Slow, explicit SimpleTRON: the masked ``(Lq, Lk)`` matrix ``Q Kᵀ``, times V, scaled.
 
-    n counts the keys each query may see (at least 1). Shapes as :func:`simpletron_attention`.
+    Non-causal rows are divided by √n, n the keys they may see (at least 1); causal rows as
+    ``causal_scale`` says. Shapes as :func:`simpletron_attention`.
     """
+    check_causal_scale(causal_scale)
     acc = accumulation_dtype(v.dtype)
     scores = q.to(acc) @ k.to(acc).transpose(-1, -2)  # (B, H, Lq, Lk)
     allowed = allowed_keys(
         q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
     )
     if allowed is None:
-        allowed = torch.ones(1, 1, 1, k.shape[2], dtype=torch.bool, device=q.device)
+        allowed = torch.ones_like(scores[:1, :1, :1], dtype=torch.bool)  # (1, 1, 1, Lk)
     scores = scores.masked_fill(~allowed, 0.0)
-    count = allowed.to(acc).sum(dim=-1, keepdim=True).clamp_min(1.0)  # (·, ·, Lq or 1, 1)
-    return (scores @ v.to(acc) / count.sqrt()).to(v.dtype)
+    out = scores @ v.to(acc)
+    if not causal or causal_scale == "sqrt_prefix_count":
+        count = allowed.to(acc).sum(dim=-1, keepdim=True).clamp_min(1.0)  # (·, ·, Lq or 1, 1)
+        out = out / count.sqrt()
+    return out.to(v.dtype)
 
 
-def _key_count(key_padding_mask: Tensor | None, b: int, lk: int, like: Tensor) -> Tensor:
-    """Non-padded keys per batch element ``(B,)``, at least 1, in the dtype of ``like``."""
+def _kept_keys(key_padding_mask: Tensor | None, fk: Tensor) -> Tensor:
+    """``(B, Lk)``: 1 for keys that count, 0 for padding, in the dtype of ``fk``; made from
+    tensors, not from the length as a number, so that a trace follows the length."""
     if key_padding_mask is None:
-        return like.new_full((b,), float(lk))
-    return (~key_padding_mask).to(like.dtype).sum(dim=1).clamp_min(1.0)
+        return torch.ones_like(fk[:, 0, :, 0])
+    return (~key_padding_mask).to(fk.dtype)
 
 
 def _checked(state: SimpletronState, b: int) -> tuple[LinearState, Tensor]:
