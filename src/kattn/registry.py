@@ -7,7 +7,11 @@ user's options over the preset's and constructs the module.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import numbers
+import types
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -75,6 +79,58 @@ def keyword_parameters(fn: Callable[..., Any], exclude: Iterable[str] = ()) -> l
         for p in inspect.signature(fn).parameters.values()
         if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in skip
     ]
+
+
+def declared_types(fn: Callable[..., Any], exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """The annotated type of each keyword-capable parameter of ``fn`` (none if an annotation
+    names something that cannot be resolved at run time)."""
+    hints = _type_hints(fn)
+    return {name: hints[name] for name in keyword_parameters(fn, exclude) if name in hints}
+
+
+@functools.cache
+def _type_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn)
+    except (NameError, TypeError):
+        return {}
+
+
+def check_option_types(where: str, options: Mapping[str, Any], declared: Mapping[str, Any]) -> None:
+    """Raise ``TypeError`` naming the first option whose value does not have its declared type.
+
+    Only the types whose values no range check catches are checked here: a ``bool`` option
+    takes True or False (not 1, not a string), a ``float`` option a real number (ints and
+    NumPy reals too, not a bool or a string), each with ``None`` where declared optional.
+    Sizes, names and ranges are the classes' own checks (``ValueError``)."""
+    for name, value in options.items():
+        if name not in declared:
+            continue
+        expected = _expected_type(declared[name], value)
+        if expected is not None:
+            raise TypeError(
+                f"{where}: option {name!r} must be {expected}, "
+                f"got {value!r} ({type(value).__name__})"
+            )
+
+
+def _expected_type(hint: Any, value: Any) -> str | None:
+    """What ``value`` should have been for a ``bool``/``float`` hint, or None if it fits (or
+    the hint is another type, left to the class)."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    allowed = set(typing.get_args(hint)) if union else {hint}
+    optional = type(None) in allowed
+    allowed.discard(type(None))
+    if optional and value is None:
+        return None
+    if allowed == {bool}:
+        ok, expected = isinstance(value, bool), "a bool (True or False)"
+    elif allowed == {float}:
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        ok, expected = real, "a real number"
+    else:
+        return None
+    return None if ok else expected + (" or None" if optional else "")
 
 
 @dataclass(frozen=True)
@@ -157,11 +213,13 @@ def build(
 
     Raises:
         ValueError: unknown name or bad sizes.
-        TypeError: an unknown option (the message lists the valid ones).
+        TypeError: an unknown option (the message lists the valid ones), or a bool or number
+            option given a value of another type.
     """
     entry = MECHANISMS.get(name)
     merged = {**entry.defaults, **options}
     valid = entry.cls.option_names(merged)
     if valid is not None:
         check_options(f"kattn.build({name!r})", options, valid)
+    check_option_types(f"kattn.build({name!r})", merged, entry.cls.option_types(merged))
     return entry.cls(head_dim=head_dim, num_heads=num_heads, max_len=max_len, **merged)

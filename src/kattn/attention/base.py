@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..functional.numerics import autocast_off
-from ..registry import CAPABILITY_FLAGS, keyword_parameters
+from ..registry import CAPABILITY_FLAGS, check_option_types, declared_types, keyword_parameters
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -79,6 +79,18 @@ class Attention(nn.Module):
     def option_names(cls, options: Mapping[str, Any]) -> list[str] | None:
         """Valid option names given the (merged) ``options``; None if the class checks itself."""
         return keyword_parameters(cls.__init__, exclude=("head_dim", "num_heads", "max_len"))
+
+    @classmethod
+    def option_types(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The declared type of each option given the (merged) ``options``, from the
+        annotations of ``__init__``: ``kattn.build`` refuses bool and float options of another
+        type with a ``TypeError`` naming the option."""
+        return declared_types(cls.__init__, exclude=("head_dim", "num_heads", "max_len"))
+
+    def _check_option_types(self, **options: Any) -> None:
+        """``TypeError`` for any of ``options`` whose value does not have the type declared
+        in this class's ``__init__`` (for modules constructed without ``kattn.build``)."""
+        check_option_types(type(self).__name__, options, type(self).option_types(options))
 
     def _set_capabilities(self, **options: Any) -> None:
         for flag, value in self.capabilities(**options).items():
@@ -294,6 +306,7 @@ class Attention(nn.Module):
     def _set_dropout(self, dropout: float) -> None:
         """Validate and store the attention-dropout probability (mechanisms with
         ``supports_attention_dropout``)."""
+        check_option_types(type(self).__name__, {"dropout": dropout}, {"dropout": float})
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)

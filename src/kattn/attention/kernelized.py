@@ -17,9 +17,10 @@ from torch import Tensor
 from .. import features as feature_maps
 from .. import functional as lin
 from .. import positional
+from ..features.base import FEATURE_MAPS
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
-from ..registry import keyword_parameters, register_mechanism
+from ..registry import declared_types, keyword_parameters, register_mechanism
 from .base import Attention, sums_in_float32
 
 
@@ -65,6 +66,7 @@ class KernelizedAttention(Attention):
         **options: Any,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        self._check_option_types(normalize_qk=normalize_qk, scale=scale, eps=eps)
         self.rpe = _build_rpe(rpe, num_heads, max_len, options)
         if not isinstance(feature_map, str):
             raise TypeError(
@@ -81,7 +83,7 @@ class KernelizedAttention(Attention):
             feature_map, head_dim=head_dim, num_heads=num_heads, **options
         )
         self.feature_map_name = feature_map
-        self.normalize_qk = bool(normalize_qk)
+        self.normalize_qk = normalize_qk
         if scale is None:
             fm = self.feature_map
             softmax_like = (fm.softmax_scaling or fm.approximates_softmax) and not self.normalize_qk
@@ -104,6 +106,21 @@ class KernelizedAttention(Attention):
         rpe = options.get("rpe")
         if isinstance(rpe, str) and rpe in positional.available():
             own = own + list(rpe_option_names(rpe))
+        return own
+
+    @classmethod
+    def option_types(cls, options: Mapping[str, Any]) -> dict[str, Any]:
+        own = super().option_types(options)
+        name = options.get("feature_map", "elu")
+        if isinstance(name, str) and name in feature_maps.available():
+            fm_cls, _ = FEATURE_MAPS.get(name)
+            own.update(declared_types(fm_cls.__init__, exclude=("head_dim", "num_heads")))
+        rpe = options.get("rpe")
+        if isinstance(rpe, str) and rpe in positional.available():
+            declared = declared_types(positional.get(rpe).__init__)
+            own.update(
+                {ours: declared[o] for ours, o in rpe_option_names(rpe).items() if o in declared}
+            )
         return own
 
     @classmethod

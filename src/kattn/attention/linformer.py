@@ -42,6 +42,7 @@ class LinformerAttention(Attention):
         projection: nn.Parameter | None = None,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        self._check_option_types(share_kv=share_kv, share_heads=share_heads)
         if isinstance(proj_dim, bool) or not isinstance(proj_dim, int) or proj_dim < 1:
             raise ValueError(f"proj_dim must be a positive int, got {proj_dim!r}")
         assert max_len is not None
@@ -53,8 +54,8 @@ class LinformerAttention(Attention):
             raise ValueError(f"projection must be an nn.Parameter of shape {shape}, got {got}")
         self.projection = projection
         self.proj_dim = proj_dim
-        self.share_kv = bool(share_kv)
-        self.share_heads = bool(share_heads)
+        self.share_kv = share_kv
+        self.share_heads = share_heads
 
     def _why_not(self, capability: str) -> str:
         if capability == "causal":

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..registry import Registry, check_options, keyword_parameters
+from ..registry import (
+    Registry,
+    check_option_types,
+    check_options,
+    declared_types,
+    keyword_parameters,
+)
 from .base import RelativePositionBias
 from .bucketed import BucketedBias, t5_buckets
 from .decay import DecayBias
@@ -39,9 +45,12 @@ def option_names(name: str) -> list[str]:
 def build(
     name: str, *, num_heads: int, max_len: int | None = None, **options: Any
 ) -> RelativePositionBias:
-    """Build encoding ``name`` with per-head parameters; unknown options raise ``TypeError``."""
+    """Build encoding ``name`` with per-head parameters; unknown options, and bool or number
+    options of another type, raise ``TypeError``."""
     cls = get(name)
-    check_options(f"relative positional encoding {name!r}", options, option_names(name))
+    where = f"relative positional encoding {name!r}"
+    check_options(where, options, option_names(name))
+    check_option_types(where, options, declared_types(cls.__init__))
     return cls(num_heads=num_heads, max_len=max_len, **options)
 
 

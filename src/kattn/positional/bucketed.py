@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from ..functional.banded import banded_linear_attention
 from ..functional.banded_step import BandedState
+from ..registry import check_option_types
 from .base import RelativePositionBias, WindowDecoding
 
 
@@ -62,6 +63,9 @@ class BucketedBias(WindowDecoding, RelativePositionBias):
         method: str | None = None,
     ):
         super().__init__(num_heads=num_heads, max_len=max_len, method=method)
+        check_option_types(
+            type(self).__name__, {"bidirectional": bidirectional}, {"bidirectional": bool}
+        )
         is_int = isinstance(num_buckets, int) and not isinstance(num_buckets, bool)
         per_side = (num_buckets // 2 if bidirectional else num_buckets) if is_int else 0
         if per_side < 2:
@@ -80,7 +84,7 @@ class BucketedBias(WindowDecoding, RelativePositionBias):
             )
         self.num_buckets = num_buckets
         self.max_distance = max_distance
-        self.bidirectional = bool(bidirectional)
+        self.bidirectional = bidirectional
         self.bias = nn.Parameter(torch.zeros(num_heads, num_buckets))
         # the band: offsets −left…right, constant beyond on each side
         reach = torch.arange(-(max_distance + 1), max_distance + 2)
