@@ -78,6 +78,37 @@ def test_clipping_off_is_null(capsys):
     assert config["optim"]["grad_clip_value"] is None
 
 
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"model": {"num_layers": "two"}}', "model.num_layers must be int, got 'two'"),
+        ('{"model": [2]}', "config section 'model' must be a JSON object"),
+        ('{"model": {', "is not valid JSON"),
+    ],
+)
+def test_a_bad_config_file_exits_2_naming_file_and_key(tmp_path, capsys, text, message):
+    path = tmp_path / "saved.json"
+    path.write_text(text)
+    assert main(["train", "--config", str(path), "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["eval", "resume", "generate"])
+def test_a_corrupted_config_json_in_a_run_folder_is_named(tmp_path, capsys, command):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"model": {"dim": 16, "num_')  # cut short
+    argv = {
+        "eval": ["eval", "--run", str(run)],
+        "resume": ["train", "--out", str(run), "--resume"],
+        "generate": ["generate", "--run", str(run), "--prompt", "a"],
+    }[command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'config.json'} is not valid JSON" in err
+
+
 def test_stop_resume_and_eval(listops_dir, tmp_path, capsys):  # noqa: F811
     out = str(tmp_path / "run")
     argv = ["train", "--data", str(listops_dir), "--out", out, "--steps", "6", *SMALL]

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from kattn.train import RunConfig, apply_overrides, preset
+from kattn.train.config import load_config
 from kattn.train.validation import validate
 
 
@@ -100,3 +101,31 @@ def test_clipping_is_turned_off_by_null_and_off_is_not_a_number():
         ValueError, match=r"optim\.grad_clip_value must be float or null, got 'off'"
     ):
         apply_overrides(RunConfig(), ["optim.grad_clip_value=off"])
+
+
+@pytest.mark.parametrize(
+    "values, match",
+    [
+        ({"model": {"dim": "wide"}}, r"model\.dim must be int, got 'wide'"),
+        ({"optim": {"lr": [0.1]}}, r"optim\.lr must be float, got \[0\.1\]"),
+        ({"model": [64, 2]}, r"config section 'model' must be a JSON object .*got a list"),
+        ({"attention": {"options": [1]}}, r"attention\.options must be dict"),
+        (["model"], r"a config is a JSON object .*got a list"),
+    ],
+)
+def test_a_saved_config_of_the_wrong_types_is_refused_naming_the_key(values, match):
+    with pytest.raises(ValueError, match=match):
+        RunConfig.from_dict(values)
+
+
+def test_a_config_file_that_is_not_json_or_of_wrong_types_names_the_file(tmp_path):
+    broken = tmp_path / "config.json"
+    broken.write_text('{"model": {"dim": 64,')
+    with pytest.raises(ValueError, match=rf"{broken} is not valid JSON .*line 1"):
+        load_config(broken)
+    broken.write_text('{"train": {"steps": "many"}}')
+    with pytest.raises(ValueError, match=rf"{broken}: train\.steps must be int, got 'many'"):
+        load_config(broken)
+    config = preset("small", "listops")
+    broken.write_text(config.to_json())
+    assert load_config(broken) == config

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import save_json
-from .config import PRESETS, TASKS, RunConfig, apply_overrides, drop_preset_options, preset
+from .config import (
+    PRESETS,
+    TASKS,
+    RunConfig,
+    apply_overrides,
+    drop_preset_options,
+    load_config,
+    preset,
+)
 from .loop import Interrupted, evaluate_run, train
 from .validation import validate
 
@@ -113,7 +121,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     if args.config:
         if args.preset:
             raise ValueError("give --config or --preset, not both")
-        config = RunConfig.from_dict(json.loads(Path(args.config).read_text()))
+        config = load_config(args.config)
         if args.task:
             config.data.task = args.task
     else:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..registry import MECHANISMS
@@ -149,17 +151,59 @@ class RunConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> RunConfig:
-        """The config with ``values`` (as :meth:`to_dict` writes them); unknown keys raise."""
+    def from_dict(cls, values: Mapping[str, Any]) -> RunConfig:
+        """The config with ``values`` (as :meth:`to_dict` writes them), each checked against
+        its field's type; unknown keys and wrong types raise naming the key."""
+        sections = [f.name for f in dataclasses.fields(cls)]
+        if not isinstance(values, Mapping):
+            raise ValueError(
+                f"a config is a JSON object of sections ({', '.join(sections)}), "
+                f"got {_json_kind(values)}"
+            )
         config = cls()
         for section, entries in values.items():
             part = _section(config, section)
-            if section == "attention" and isinstance(entries, dict):
-                entries = {**entries, "options": dict(entries.get("options", {}))}
+            if not isinstance(entries, Mapping):
+                raise ValueError(
+                    f"config section {section!r} must be a JSON object of its fields, "
+                    f"got {_json_kind(entries)}"
+                )
             for key, value in entries.items():
-                _field(part, section, key)
-                setattr(part, key, value)
+                value = _coerce(_field(part, section, key), value, f"{section}.{key}")
+                setattr(part, key, dict(value) if isinstance(value, dict) else value)
         return config
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """The config saved at ``path`` (a run's ``config.json``).
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        ValueError: the file is not JSON, or a key or type is wrong; the message names the
+            file (and the key).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: expected a config.json (a JSON file)")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{path} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
+            f"expected a config as kattn train writes it"
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} cannot be read as a config: {err}") from None
+    try:
+        return RunConfig.from_dict(values)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def _json_kind(value: Any) -> str:
+    kinds = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    kinds.update({int: "a number", float: "a number", type(None): "null"})
+    return kinds.get(type(value), type(value).__name__)
 
 
 def preset(name: str, task: str) -> RunConfig:
@@ -224,7 +268,8 @@ def _parse(raw: str) -> Any:
 
 def _coerce(spec: dataclasses.Field[Any], value: Any, key: str) -> Any:
     hint = typing.get_type_hints(_owner(spec))[spec.name]
-    allowed = typing.get_args(hint) or (hint,)
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    allowed = typing.get_args(hint) if union else (hint,)
     if value is None and type(None) in allowed:
         return None
     for kind in allowed:

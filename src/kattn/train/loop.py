@@ -17,7 +17,6 @@ same steps as one that was never interrupted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import signal
 import time
 from contextlib import nullcontext, suppress
@@ -33,7 +32,7 @@ from .. import __version__
 from ..data import LMData
 from .batches import BatchOrder
 from .checkpoint import BEST, LAST, RunState, load_checkpoint, save_checkpoint, save_json
-from .config import RunConfig
+from .config import RunConfig, load_config
 from .distributed import (
     Processes,
     close_processes,
@@ -83,7 +82,9 @@ def train(
     run = Path(run_dir)
     procs = processes_from_env()
     if resume:
-        config = RunConfig.from_dict(json.loads((run / CONFIG).read_text()))
+        if not (run / CONFIG).is_file():
+            raise FileNotFoundError(f"{run} holds no run to resume (no {CONFIG})")
+        config = load_config(run / CONFIG)
     elif (run / LAST).exists() or (run / RESULTS).exists():
         raise FileExistsError(f"{run} already holds a run; pass --resume or another --out")
     validate(config)
@@ -368,7 +369,7 @@ def evaluate_run(
             f"split must be train/valid/test and checkpoint best/last, got "
             f"{split!r}, {checkpoint!r}"
         )
-    config = RunConfig.from_dict(json.loads((run / CONFIG).read_text()))
+    config = load_config(run / CONFIG)
     procs = Processes()
     config.train.device = device
     runner = _Run(config, run, procs, resolve_device(device, procs), from_run=True)

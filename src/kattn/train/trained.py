@@ -7,14 +7,13 @@ A classification run's model sizes come from its task data, which is read again.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from torch import nn
 
 from ..data import Tokenizer
 from .checkpoint import BEST, LAST, load_checkpoint
-from .config import RunConfig
+from .config import RunConfig, load_config
 from .distributed import Processes, resolve_device
 from .tasks import build_lm, build_model, load_task, run_tokenizer
 
@@ -37,7 +36,7 @@ def load_trained_model(
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
     if not (run / CONFIG).is_file():
         raise ValueError(f"{run} is not a run folder (no {CONFIG})")
-    config = RunConfig.from_dict(json.loads((run / CONFIG).read_text()))
+    config = load_config(run / CONFIG)
     tokenizer: Tokenizer | None = None
     model: nn.Module
     if config.data.task == "lm":
