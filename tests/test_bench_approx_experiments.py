@@ -139,5 +139,7 @@ def test_cli_rejects_unknown_exact_and_misplaced_options(tmp_path, capsys):
     assert main([*argv, "--mechanisms", "softmax"]) == 2  # exact: a reference, not a subject
     assert main([*argv, "--radii", "1,2"]) == 2  # a norm-sweep option, not silently ignored
     assert "applies to --experiment norm-sweep" in capsys.readouterr().err
-    assert main([*argv, "--input-std", "0"]) == 2
+    with pytest.raises(SystemExit) as exit_info:  # refused while parsing
+        main([*argv, "--input-std", "0"])
+    assert exit_info.value.code == 2 and "argument --input-std" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())

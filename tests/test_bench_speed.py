@@ -133,5 +133,8 @@ def test_cli_writes_csv_json_markdown_and_plot(tmp_path, capsys):
 
 def test_cli_refuses_cuda_without_a_gpu(capsys, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert main(["bench", "speed", "--device", "cuda"]) == 2
-    assert "CUDA is not available" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "speed", "--device", "cuda"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --device" in err and "CUDA is not available" in err

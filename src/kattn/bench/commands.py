@@ -20,6 +20,14 @@ from .approx import (
     rows_to_csv,
     rows_to_markdown,
 )
+from .cli_types import (
+    int_at_least,
+    int_list,
+    name_list,
+    output_folder,
+    positive_float,
+    positive_float_list,
+)
 from .kernel_error import KERNEL_VARIANTS, kernel_markdown, kernel_study, plot_kernel
 from .mechanism_error import (
     approximate_mechanisms,
@@ -58,14 +66,6 @@ _APPLIES = {
 }
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(x) for x in text.split(",") if x.strip())
-
-
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="benchmarks and approximation studies")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
@@ -86,45 +86,48 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "others: softmax) as L grows. Each writes CSV, JSON, markdown and PNG.",
     )
     p.add_argument("--experiment", choices=EXPERIMENTS, default="norm-sweep")
-    p.add_argument("--out", type=Path, default=Path("runs/bench/approx"))
+    p.add_argument("--out", type=output_folder, default=Path("runs/bench/approx"))
     p.add_argument(
         "--features",
-        type=_ints,
+        type=int_list(1),
         default=None,
         help="norm-sweep default 4,16,64,256,1024; spectral 16,32,64,128,256; "
         "kernel 16,32,64,128,256,512",
     )
-    p.add_argument("--dim", type=int, default=64, help="head dimension")
+    p.add_argument("--dim", type=int_at_least(1), default=64, help="head dimension")
     p.add_argument(
         "--seeds",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help="default 10 (norm-sweep, kernel), 5 (spectral), 2 (mechanisms)",
     )
-    p.add_argument("--radii", type=_floats, default=None, help="norm-sweep: default 1,2,3,4,5")
+    p.add_argument("--radii", type=positive_float_list, default=None,
+                   help="norm-sweep: default 1,2,3,4,5")  # fmt: skip
     p.add_argument(
         "--keys",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help="norm-sweep: number of keys (1024); kernel: queries and keys (256)",
     )
     p.add_argument(
         "--variants",
+        type=name_list,
         default=None,
         help="comma-separated subset (default: all) of, norm-sweep: "
         + ", ".join(v[0] for v in NORM_SWEEP_VARIANTS)
         + "; kernel: "
         + ", ".join(v.label for v in KERNEL_VARIANTS),
     )
-    p.add_argument("--lengths", type=_ints, default=None,
+    p.add_argument("--lengths", type=int_list(2), default=None,
                    help="spectral: default 256,512,1024; mechanisms: 256,1024")  # fmt: skip
-    p.add_argument("--heads", type=int, default=None,
+    p.add_argument("--heads", type=int_at_least(1), default=None,
                    help="spectral, mechanisms: heads, independent samples (default 4)")  # fmt: skip
-    p.add_argument("--input-std", type=float, default=None,
+    p.add_argument("--input-std", type=positive_float, default=None,
                    help="spectral, kernel, mechanisms: std of the q, k (spectral: and v) entries "
                    "(default: BERT-base at initialisation, 0.02·√768 ≈ 0.55)")  # fmt: skip
     p.add_argument(
         "--mechanisms",
+        type=name_list,
         default=None,
         help="comma-separated subset (default: all) of, spectral: "
         + ", ".join(x[0] for x in SPECTRAL_PAIRS)
@@ -141,20 +144,21 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     st.add_argument(
         "--mechanisms",
+        type=name_list,
         default=",".join(TABLE3_MECHANISMS),
         help="comma-separated registered mechanisms (softmax is the baseline)",
     )
-    st.add_argument("--steps", type=int, default=None, help="default 20")
-    st.add_argument("--seeds", type=int, default=None, help="default 5")
-    st.add_argument("--batch", type=int, default=8)
-    st.add_argument("--length", type=int, default=None, help="default 512")
+    st.add_argument("--steps", type=int_at_least(1), default=None, help="default 20")
+    st.add_argument("--seeds", type=int_at_least(1), default=None, help="default 5")
+    st.add_argument("--batch", type=int_at_least(1), default=8)
+    st.add_argument("--length", type=int_at_least(1), default=None, help="default 512")
     st.add_argument(
         "--lr",
-        type=float,
+        type=positive_float,
         default=LEARNING_RATE,
         help="default 4e-6: the first steps of the paper's one-cycle schedule",
     )
-    st.add_argument("--out", type=Path, default=Path("runs/bench/stability"))
+    st.add_argument("--out", type=output_folder, default=Path("runs/bench/stability"))
     st.add_argument("--quick", action="store_true", help="defaults of 5 steps, 1 seed, length 160")
     st.set_defaults(func=cmd_bench_stability)
 
@@ -168,8 +172,6 @@ def cmd_bench_approx(args: argparse.Namespace) -> int:
             )
     if args.input_std is None:
         args.input_std = BERT_INIT_STD
-    elif not (math.isfinite(args.input_std) and args.input_std > 0):
-        raise ValueError(f"--input-std must be a positive number, got {args.input_std}")
     run = {"spectral": _spectral, "kernel": _kernel, "mechanisms": _mechanisms}
     return run.get(args.experiment, _norm_sweep)(args)
 
@@ -177,8 +179,6 @@ def cmd_bench_approx(args: argparse.Namespace) -> int:
 def cmd_bench_stability(args: argparse.Namespace) -> int:
     names = _subset(args.mechanisms, [n for n in available() if n != "softmax"], "mechanism(s)")
     _resolve(args, {"steps": (5, 20), "seeds": (1, 5), "length": (160, 512)})
-    if args.batch < 1:
-        raise ValueError(f"--batch must be >= 1, got {args.batch}")
     if args.length <= 128:
         print(
             f"stability: note: at length {args.length} <= 128 landmarks, skyformer and "

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..registry import available, spec
+from .cli_types import int_at_least, name_list, output_folder
 from .report import build_report
 from .speed import SpeedConfig, SpeedRow, crossovers, measure_speed
 from .speed_command import write_speed
@@ -222,11 +223,12 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
         "download (about 10 minutes on 2 CPU cores; --quick: under a minute) and writes "
         "OUT/report.md with tables and plots.",
     )
-    p.add_argument("--out", type=Path, default=Path("runs/demo"))
+    p.add_argument("--out", type=output_folder, default=Path("runs/demo"))
     p.add_argument("--quick", action="store_true", help="a small version (under a minute)")
-    p.add_argument("--train", default=",".join(TRAINED),
+    p.add_argument("--train", type=name_list, default=",".join(TRAINED),
                    help="comma-separated mechanisms trained on ListOps")  # fmt: skip
-    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=int_at_least(0), default=0,
+                   help="torch threads (default 0: torch's)")  # fmt: skip
     p.set_defaults(func=cmd_demo)
 
 

@@ -12,15 +12,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from .cli_types import device, int_at_least, int_list, name_list, output_folder, positive_float
 from .speed import BASELINE, DTYPES, PASSES, SpeedConfig, SpeedRow, crossovers, measure_speed
 from .style import mechanism_color, pyplot, save_figure
 from .timing import machine_info, results_stem
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
 
 
 def add_speed_parser(kinds: argparse._SubParsersAction) -> None:
@@ -30,57 +25,59 @@ def add_speed_parser(kinds: argparse._SubParsersAction) -> None:
         description="Each mechanism is first checked against its own float64 dense reference "
         "(output, and input gradients when a backward pass is timed), then timed in "
         "interleaved rounds with softmax (median of round medians; CUDA events on GPU) and "
-        "its peak memory measured (CUDA allocator on GPU, tracked allocations on CPU). Writes "
-        "CSV, JSON, a markdown table with the crossover length against softmax and a log-log "
-        "plot; file names carry the device and the library versions.",
+        "its peak memory measured (CUDA allocator on GPU, tracked allocations on CPU). A "
+        "length is skipped where the call is predicted (from the mechanism's complexity and "
+        "its fastest round at the previous length) to pass --max-call-seconds, or its peak "
+        "memory to pass --memory-limit-gb; the table marks it and says why. Writes CSV, JSON, "
+        "a markdown table with the crossover length against softmax and a log-log plot; file "
+        "names carry the device and the library versions.",
     )
-    p.add_argument("--mechanisms", default="", help="comma-separated names (default: all)")
-    p.add_argument("--lengths", type=_ints, default=None, help="default 256,1024,4096")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--mechanisms", type=name_list, default=None,
+                   help="comma-separated names (default: all)")  # fmt: skip
+    p.add_argument("--lengths", type=int_list(2), default=None, help="default 256,1024,4096")
+    p.add_argument("--batch", type=int_at_least(1), default=1)
+    p.add_argument("--heads", type=int_at_least(1), default=4)
+    p.add_argument("--head-dim", type=int_at_least(1), default=64)
     p.add_argument(
         "--features",
-        type=int,
+        type=int_at_least(1),
         default=None,
         help="the approximation size M of every mechanism that has one (num_features, "
         "num_landmarks or proj_dim; default: each mechanism's own default)",
     )
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--device", type=device, default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--pass", dest="mode", choices=PASSES, default="forward",
                    help="forward (no graph), backward (the backward alone) or both")  # fmt: skip
     p.add_argument("--causal", action="store_true", help="causal attention (skips the others)")
-    p.add_argument("--repeats", type=int, default=None, help="interleaved rounds (default 5)")
-    p.add_argument("--seconds", type=float, default=None,
+    p.add_argument("--repeats", type=int_at_least(1), default=None,
+                   help="interleaved rounds (default 5)")  # fmt: skip
+    p.add_argument("--seconds", type=positive_float, default=None,
                    help="time per round and mechanism (default 0.3)")  # fmt: skip
-    p.add_argument("--check-max-length", type=int, default=2048,
+    p.add_argument("--check-max-length", type=int_at_least(0), default=2048,
                    help="check against the dense reference up to this length")  # fmt: skip
-    p.add_argument("--max-call-seconds", type=float, default=2.0,
+    p.add_argument("--max-call-seconds", type=positive_float, default=2.0,
                    help="skip a length where a call is predicted to take longer")  # fmt: skip
-    p.add_argument("--memory-limit-gb", type=float, default=8.0,
+    p.add_argument("--memory-limit-gb", type=positive_float, default=8.0,
                    help="skip a length where peak memory is predicted to pass this")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path("runs/bench/speed"))
+    p.add_argument("--out", type=output_folder, default=Path("runs/bench/speed"))
     p.add_argument("--quick", action="store_true",
                    help="a smoke run: lengths 128,256,512, 3 rounds of 0.05 s")  # fmt: skip
     p.set_defaults(func=cmd_bench_speed)
 
 
 def config_from_args(args: argparse.Namespace) -> SpeedConfig:
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda: CUDA is not available on this machine")
     quick = bool(args.quick)
     return SpeedConfig(
-        mechanisms=tuple(x.strip() for x in args.mechanisms.split(",") if x.strip()),
+        mechanisms=tuple(args.mechanisms.split(",")) if args.mechanisms else (),
         lengths=args.lengths or ((128, 256, 512) if quick else (256, 1024, 4096)),
         batch=args.batch,
         heads=args.heads,
         head_dim=args.head_dim,
         features=args.features,
         dtype=args.dtype,
-        device=str(device),
+        device=args.device,
         mode=args.mode,
         causal=args.causal,
         rounds=args.repeats or (3 if quick else 5),
