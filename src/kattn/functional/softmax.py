@@ -24,7 +24,9 @@ def softmax_attention(
     Args:
         q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
         causal: query i sees keys j <= i (Lq == Lk).
-        key_padding_mask: ``(B, Lk)`` bool, True marks padding.
+        key_padding_mask: ``(B, Lk)`` bool, True marks padding: those keys and values count
+            nowhere (they are zeroed first, so not even a NaN or an infinity stored there
+            reaches an output or a gradient through ``0 × NaN``).
         scale: logit scale, default ``1/√D``.
         dropout_p: dropout on the attention weights (pass 0 in evaluation).
 
@@ -39,6 +41,7 @@ def softmax_attention(
         q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
     )
     assert allowed is not None
+    k, v = _zero_padded(k, v, key_padding_mask)
     # A row with no visible key would be softmax over nothing (NaN): let it see every key and
     # zero its output afterwards, which also keeps its gradient exactly zero.
     seen = allowed.any(dim=-1, keepdim=True)
@@ -57,7 +60,13 @@ def softmax_attention_reference(
     key_padding_mask: Tensor | None = None,
     scale: float | None = None,
 ) -> Tensor:
-    """Slow, explicit softmax attention: the full ``(Lq, Lk)`` weight matrix, then ``@ v``."""
+    """Slow, explicit softmax attention: the full ``(Lq, Lk)`` weight matrix, then ``@ v``.
+
+    Padded keys and values are zeroed, then their weights set to 0 (see
+    :func:`softmax_attention`).
+    """
+    if key_padding_mask is not None:
+        k, v = _zero_padded(k, v, key_padding_mask)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     logits = torch.einsum("bhid,bhjd->bhij", q, k) * scale  # (B, H, Lq, Lk)
     allowed = allowed_keys(
@@ -68,3 +77,11 @@ def softmax_attention_reference(
     weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
     weights = torch.where(allowed.any(dim=-1, keepdim=True), weights, 0.0)
     return weights @ v
+
+
+def _zero_padded(k: Tensor, v: Tensor, key_padding_mask: Tensor) -> tuple[Tensor, Tensor]:
+    """k ``(B, H, Lk, D)`` and v ``(B, H, Lk, Dv)`` with the padded positions set to 0: a
+    masked logit becomes −∞ by addition (NaN + −∞ is NaN) and a zero weight times a NaN value
+    is NaN, so masking the weights alone would let such entries through."""
+    pad = key_padding_mask[:, None, :, None]  # (B, 1, Lk, 1)
+    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
