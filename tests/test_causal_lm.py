@@ -149,3 +149,21 @@ def test_top_k_and_top_p_keep_only_the_likely_tokens():
 def test_bad_generation_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         _lm("performer").generate(torch.tensor([1]), 2, **options)
+
+
+@pytest.mark.parametrize("bad", [-1, VOCAB], ids=["negative", "vocab_size"])
+def test_token_ids_outside_the_vocabulary_are_refused(bad):
+    model = _lm()
+    tokens = torch.randint(0, VOCAB, (2, 6), generator=torch.Generator().manual_seed(4))
+    tokens[1, 3] = bad
+    message = rf"token ids must be in \[0, vocab_size\) = \[0, {VOCAB}\).*{bad}"
+    with pytest.raises(ValueError, match=message):
+        model(tokens)
+    with pytest.raises(ValueError, match=message):
+        model.prefill(tokens)
+    _, state = model.prefill(tokens[:, :3])
+    with pytest.raises(ValueError, match=message):
+        model.step(tokens[:, 3], state)
+    for strategy in ("recurrent", "reencode"):
+        with pytest.raises(ValueError, match=message):
+            model.generate(tokens, 2, strategy=strategy)

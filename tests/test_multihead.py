@@ -118,3 +118,32 @@ def test_weights_load_from_a_torch_state_dict():
     assert not missing.unexpected_keys
     assert all(key.startswith("attention.") for key in missing.missing_keys)
     assert torch.equal(ours.in_proj_weight, reference.in_proj_weight)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_inputs_of_another_embed_dim_are_refused(batch_first):
+    g = torch.Generator().manual_seed(0)
+    mha = kattn.MultiheadAttention(E, HEADS, kdim=10, vdim=6, batch_first=batch_first)
+    shape = (2, 5) if batch_first else (5, 2)
+    q, k, v = (torch.randn(*shape, d, generator=g) for d in (E, 10, 6))
+    with pytest.raises(ValueError, match=rf"query.*embed_dim={E}.*got {E + 1}"):
+        mha(torch.randn(*shape, E + 1, generator=g), k, v)
+    with pytest.raises(ValueError, match=r"key.*kdim=10.*got 9"):
+        mha(q, k[..., :9], v)
+    with pytest.raises(ValueError, match=r"value.*vdim=6.*got 10"):
+        mha(q, k, k)
+    with pytest.raises(ValueError, match=r"query.*embed_dim=24.*got 12"):
+        mha(*(torch.randn(5, d, generator=g) for d in (12, 10, 6)))  # unbatched
+    self_attn = kattn.MultiheadAttention(E, HEADS, mechanism="performer", batch_first=True)
+    with pytest.raises(ValueError, match=rf"x.*embed_dim={E}.*got 7"):
+        self_attn.decode(torch.randn(2, 1, 7, generator=g))
+
+
+def test_key_and_value_must_agree_with_the_query_in_batch_and_length():
+    g = torch.Generator().manual_seed(0)
+    mha = kattn.MultiheadAttention(E, HEADS, batch_first=True)
+    q, k = torch.randn(2, 5, E, generator=g), torch.randn(3, 7, E, generator=g)
+    with pytest.raises(ValueError, match="batch"):
+        mha(q, k, k)
+    with pytest.raises(ValueError, match="key and value"):
+        mha(q, k[:2], k[:2, :6])

@@ -218,6 +218,7 @@ class TransformerEncoder(nn.Module):
         length = tokens.shape[1]
         if start == 0 and length > self.max_len:
             raise ValueError(f"sequence length {length} exceeds max_len={self.max_len}")
+        check_token_ids(tokens, self.embedding.num_embeddings)
         x = self.embedding(tokens)
         if self.cls is not None:
             x = torch.cat([self.cls.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
@@ -277,3 +278,17 @@ def shared_rpe_options(
     own = {names[o]: v for o, v in options.items() if o in names}
     module = positional.build(rpe, num_heads=num_heads, max_len=max_len, **own)
     return {**{o: v for o, v in options.items() if o not in names}, "rpe": module}
+
+
+def check_token_ids(tokens: Tensor, vocab_size: int) -> None:
+    """``ValueError`` naming the vocabulary size if an id of ``tokens`` is outside
+    ``[0, vocab_size)`` (the embedding lookup would fail with an index error on the CPU and a
+    device-side assert on a GPU)."""
+    if tokens.numel() == 0:
+        return
+    low, high = torch.aminmax(tokens)
+    if bool((low < 0) | (high >= vocab_size)):  # one device-to-host read
+        raise ValueError(
+            f"token ids must be in [0, vocab_size) = [0, {vocab_size}), got ids from "
+            f"{int(low)} to {int(high)}"
+        )

@@ -181,9 +181,7 @@ class MultiheadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         self_attention = key is query and value is query
-        for arg, x in (("query", query), ("key", key), ("value", value)):
-            if not isinstance(x, Tensor) or x.is_nested or x.dim() not in (2, 3):
-                raise ValueError(f"{arg} must be a 2-D or 3-D dense tensor")
+        self._check_inputs(query, key, value)
         batched = query.dim() == 3
         if not batched:
             query, key, value = query[:, None], key[:, None], value[:, None]
@@ -218,6 +216,10 @@ class MultiheadAttention(nn.Module):
         """
         if not isinstance(x, Tensor) or x.dim() != 3:
             raise ValueError(f"x must be a 3-D tensor, got {getattr(x, 'shape', type(x))}")
+        if x.shape[-1] != self.embed_dim:
+            raise ValueError(
+                f"x must have embed_dim={self.embed_dim} features (last dim), got {x.shape[-1]}"
+            )
         if self.batch_first:
             x = x.transpose(0, 1)
         length, b, _ = x.shape
@@ -232,6 +234,35 @@ class MultiheadAttention(nn.Module):
             out, state = self.attention.prefill(q, k, v, state)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(length, b, self.embed_dim))
         return (out.transpose(0, 1) if self.batch_first else out), state
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor) -> None:
+        """``ValueError`` naming the input whose rank, feature size or batch is wrong."""
+        dims = (("query", query, "embed_dim", self.embed_dim), ("key", key, "kdim", self.kdim),
+                ("value", value, "vdim", self.vdim))  # fmt: skip
+        for arg, x, name, size in dims:
+            if not isinstance(x, Tensor) or x.is_nested or x.dim() not in (2, 3):
+                raise ValueError(f"{arg} must be a 2-D or 3-D dense tensor")
+            if x.shape[-1] != size:
+                raise ValueError(
+                    f"{arg} must have {name}={size} features (last dim), got {x.shape[-1]}"
+                )
+        if not query.dim() == key.dim() == value.dim():
+            raise ValueError(
+                f"query, key and value must all be batched (3-D) or all unbatched (2-D), got "
+                f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D"
+            )
+        seq, batch = (1, 0) if self.batch_first and query.dim() == 3 else (0, 1)
+        if query.dim() == 3 and not query.shape[batch] == key.shape[batch] == value.shape[batch]:
+            raise ValueError(
+                f"query, key and value must have the same batch size (dim {batch} with "
+                f"batch_first={self.batch_first}), got {query.shape[batch]}, "
+                f"{key.shape[batch]}, {value.shape[batch]}"
+            )
+        if key.shape[seq] != value.shape[seq]:
+            raise ValueError(
+                f"key and value must have the same length, got {key.shape[seq]} and "
+                f"{value.shape[seq]}"
+            )
 
     def _project(
         self, query: Tensor, key: Tensor, value: Tensor, self_attention: bool
