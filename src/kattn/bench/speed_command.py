@@ -127,9 +127,9 @@ def speed_markdown(config: SpeedConfig, rows: Sequence[SpeedRow], info: dict[str
     at = {(r.mechanism, r.length): r for r in rows}
     cross = {c.mechanism: c.describe() for c in crossovers(rows)}
     head = " | ".join(f"L={n:,}" for n in lengths)
-    rule = "|---" * (len(lengths) + 2)
-    time_lines = [f"| mechanism | {head} | faster than softmax from L |", rule + "|---|"]
-    memory_lines = [f"| mechanism | {head} | check error |", rule + "|---|"]
+    rule = "|---" * (len(lengths) + 2) + "|"  # mechanism, the lengths, one last column
+    time_lines = [f"| mechanism | {head} | faster than softmax from L |", rule]
+    memory_lines = [f"| mechanism | {head} | check error |", rule]
     for name in names:
         cells = [at[name, n] for n in lengths]
         times = " | ".join(_cell(r.time_ms, r.speedup, r.status) for r in cells)
@@ -183,13 +183,23 @@ def write_speed(
     paths = [out / f"{stem}.csv", out / f"{stem}.json", out / f"{stem}.md"]
     paths[0].write_text(speed_csv(config, rows))
     paths[1].write_text(json.dumps(report, indent=2) + "\n")
-    markdown = speed_markdown(config, rows, info)
     png = plot_speed(rows, out / f"{stem}.png", describe(config, info))
-    if png is not None:
+    paths[2].write_text(render_speed_report(report, out / f"{stem}.png"))
+    return paths + ([png] if png is not None else [])
+
+
+def render_speed_report(report: dict[str, Any], png: Path) -> str:
+    """The markdown of a speed run from its JSON ``report`` (as :func:`write_speed` writes
+    it), with a link to the plot ``png`` where that exists: tables of earlier runs can be
+    rendered again, without measuring, when the table format changes."""
+    settings = report["config"]
+    config = SpeedConfig(**{**settings, "mechanisms": tuple(settings["mechanisms"]),
+                            "lengths": tuple(settings["lengths"])})  # fmt: skip
+    rows = [SpeedRow(**row) for row in report["rows"]]
+    markdown = speed_markdown(config, rows, report["machine"])
+    if png.exists():
         markdown += f"\n![time and memory against length]({png.name})\n"
-        paths.append(png)
-    paths[2].write_text(markdown)
-    return paths
+    return markdown
 
 
 def plot_speed(rows: Sequence[SpeedRow], path: Path, caption: str = "") -> Path | None:
