@@ -121,6 +121,25 @@ def test_padded_keys_and_values_never_count(name, causal):
 
 
 @pytest.mark.parametrize("name", MECHANISMS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_nan_and_inf_in_padded_keys_and_values_change_nothing(name, causal):
+    """Padded keys count nowhere, not even through 0 × NaN."""
+    attn, (q, k, v) = make(name), inputs()
+    if not attn.supports_padding_mask or (causal and not attn.supports_causal):
+        return
+    mask = padding_mask(B, LENGTH, PADS)
+    where = mask[:, None, :, None]
+    poison = torch.full((), float("nan")), torch.full((), float("inf"))
+    k2, v2 = torch.where(where, poison[0], k), torch.where(where, -poison[1], v)
+    out = call(attn, q, k, v, causal=causal, key_padding_mask=mask)
+    out2 = call(attn, q, k2, v2, causal=causal, key_padding_mask=mask)
+    keep = ~mask
+    for row in range(B):
+        assert torch.isfinite(out2[row][:, keep[row]]).all()
+        same(out[row][:, keep[row]], out2[row][:, keep[row]])
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
 def test_a_row_with_every_key_padded_stays_finite(name):
     attn = make(name)
     if not attn.supports_padding_mask:
