@@ -88,3 +88,33 @@ def test_patch_a_bare_module_and_refuse_models_without_attention():
     assert isinstance(patched, kattn.MultiheadAttention)
     with pytest.raises(ValueError, match=r"no torch\.nn\.MultiheadAttention"):
         kattn.patch(torch.nn.Linear(3, 3), mechanism="performer")
+
+
+class Tied(torch.nn.Module):
+    """One attention module used in two places (weights shared between two passes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.MultiheadAttention(24, 4, batch_first=True)
+        self.second = self.first
+        self.inner = torch.nn.Sequential(self.first)
+
+    def forward(self, x):
+        x = x + self.first(x, x, x, need_weights=False)[0]
+        return self.inner[0](x, x, x, need_weights=False)[0]
+
+
+def test_a_module_used_in_several_places_stays_shared():
+    torch.manual_seed(0)
+    model = Tied().eval()
+    count = sum(p.numel() for p in model.parameters())
+    x = torch.randn(2, 6, 24, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        before = model(x)
+        kattn.patch(model, mechanism="softmax")
+        after = model(x)
+    assert isinstance(model.first, kattn.MultiheadAttention)
+    assert model.second is model.first and model.inner[0] is model.first
+    assert sum(p.numel() for p in model.parameters()) == count
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-5)
+
