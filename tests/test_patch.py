@@ -118,3 +118,19 @@ def test_a_module_used_in_several_places_stays_shared():
     assert sum(p.numel() for p in model.parameters()) == count
     torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-5)
 
+
+def test_the_dropout_warning_points_at_the_callers_line():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(24, 4, dim_feedforward=32, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, num_layers=1, enable_nested_tensor=False)
+    with pytest.warns(UserWarning, match="dropout") as record:
+        kattn.patch(model, mechanism="performer")
+    assert {w.filename for w in record if "dropout" in str(w.message)} == {__file__}
+    with pytest.warns(UserWarning, match="dropout") as record:
+        kattn.MultiheadAttention(24, 4, dropout=0.1, mechanism="performer")
+    assert [w.filename for w in record] == [__file__]
+    with pytest.warns(UserWarning, match="dropout") as record:
+        kattn.MultiheadAttention.from_torch(
+            torch.nn.MultiheadAttention(24, 4, dropout=0.1), mechanism="performer"
+        )
+    assert [w.filename for w in record] == [__file__]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from typing import Any
 
@@ -102,10 +104,9 @@ class MultiheadAttention(nn.Module):
             if MECHANISMS.get(mechanism).cls.supports_attention_dropout:
                 options.setdefault("dropout", dropout)
             else:
-                warnings.warn(
+                warn_at_caller(
                     f"mechanism {mechanism!r} has no attention-weight matrix to drop out: "
-                    f"dropout={dropout} is not applied",
-                    stacklevel=2,
+                    f"dropout={dropout} is not applied"
                 )
         self.attention = build(
             mechanism, head_dim=self.head_dim, num_heads=num_heads, max_len=max_len, **options
@@ -324,3 +325,18 @@ def _is_causal_mask(attn_mask: Tensor | None, lq: int, lk: int) -> bool:
         "attn_mask: only the causal mask is supported (or pass is_causal=True); kernelized "
         "mechanisms cannot apply an arbitrary (Lq, Lk) mask. Use key_padding_mask for padding."
     )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep
+
+
+def warn_at_caller(message: str) -> None:
+    """``warnings.warn`` attributed to the first frame outside kattn: the user's line, whether
+    the module was built there or by ``kattn.patch``, ``from_torch`` or a kattn model
+    (``skip_file_prefixes`` does this from Python 3.12)."""
+    frame = sys._getframe(1)
+    level = 2  # the caller of this function
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, stacklevel=level)
