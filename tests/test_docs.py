@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from .markdown_tables import check_tables
+
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
@@ -25,3 +27,11 @@ def test_doc_examples_run(page):
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, str(DOCS / page), "exec"), namespace)
+
+
+@pytest.mark.parametrize(
+    "page", ["README.md", *sorted(f"docs/{p.name}" for p in DOCS.glob("*.md"))]
+)
+def test_doc_tables_render(page):
+    """As many cells in every row as in the header (a bare | inside code splits a cell)."""
+    check_tables((DOCS.parent / page).read_text(), page)
