@@ -153,7 +153,7 @@ class Block:
 
 @dataclass(frozen=True)
 class Passage:
-    """A passage of ``page`` (whitespace free); with ``table``, the passage opens a markdown
+    """A passage of ``page`` (whitespace-insensitive); with ``table``, the passage opens a markdown
     table and the entry covers the whole table."""
 
     page: str
@@ -201,7 +201,7 @@ NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?"
 #: a number worth a source: one with a unit of time, size, ratio or share, or a decimal
 MEASURED = re.compile(
     r"(?<![\w.^/-])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?"
-    r"\s?(?:×|ms\b|µs\b|s\b|min\b|minutes\b|MiB\b|MB\b|GB\b|KB\b|%|GFLOP)"
+    r"\s?(?:×|ms\b|µs\b|s\b|min\b|minutes\b|[KMG]i?B\b|%|GFLOP)"
     r"|(?<![\w.^/§-])(?<!Table )\d+\.\d+(?![\d.])"
 )
 CODE_RE = re.compile(r"```.*?```|`[^`]+`", re.S)
@@ -213,7 +213,7 @@ def _loose(text: str) -> str:
 
 
 def _template_regex(template: str) -> str:
-    """A regex for ``template`` whose groups are its format fields, whitespace free."""
+    """A regex for ``template`` whose groups are its format fields (whitespace-insensitive)."""
     parts = []
     for literal, field, _, _ in string.Formatter().parse(template):
         if literal.strip():
