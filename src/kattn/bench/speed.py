@@ -8,10 +8,14 @@ Peak memory is the CUDA allocator's peak on GPU and the peak of tracked tensor a
 CPU, inputs excluded. Ratios are to softmax measured in the same rounds. Modules are in eval
 mode: no dropout, no feature redraws.
 
-Measurements that would not fit are skipped, not attempted: the time and memory of the next
-length are predicted from the last two measured ones (power law, exponent clamped to [1, 2.5]),
-and a mechanism is skipped when either prediction passes ``max_call_seconds`` or
-``memory_limit_bytes``. Skipped rows say so.
+Measurements that would not fit are skipped, not attempted. The time of a call at the next
+length is predicted from the fastest round at the previous one (noise on a shared machine only
+ever adds time) scaled by the growth in L of the mechanism's registered complexity
+(:mod:`kattn.bench.growth`), so a noisy measurement cannot make a linear mechanism look
+quadratic; peak memory, which is not noisy, is extrapolated from the last two measured lengths
+(power law, exponent clamped to [1, 2.5]). A mechanism is skipped at a length where either
+prediction passes ``max_call_seconds`` or ``memory_limit_bytes``; its row says why
+(``skipped``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import torch
 from torch import Tensor
 
 from ..registry import MECHANISMS, available, build, spec
-from .timing import interleaved_rounds, peak_memory_bytes
+from .growth import Growth, time_growth
+from .timing import Rounds, interleaved_rounds, peak_memory_bytes
 
 PASSES = ("forward", "backward", "both")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -97,6 +102,7 @@ class SpeedRow:
     check_error: float | None = None
     checked_at: int | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    skipped: str | None = None  # why the length was not measured (status "skipped: <why>")
 
 
 def size_options(name: str, features: int | None) -> dict[str, Any]:
@@ -178,8 +184,8 @@ class _Case:
 
 
 def _relative_error(out: Tensor, ref: Tensor) -> float:
-    ref = ref.double()
-    return float((out.double() - ref).norm() / ref.norm().clamp_min(1e-300))
+    out, ref = out.detach().double(), ref.detach().double()
+    return float((out - ref).norm() / ref.norm().clamp_min(1e-300))
 
 
 def _predict(history: list[tuple[int, float]], length: int, *, top: float = 2.5) -> float:
@@ -200,7 +206,7 @@ def measure_speed(
     """Every mechanism of ``config`` at every length: check, then time and peak memory."""
     names = config.names()
     rows: list[SpeedRow] = []
-    times: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
+    fastest: dict[str, tuple[int, float]] = {}  # (length, fastest round) of the last measured
     memory: dict[str, list[tuple[int, float]]] = {n: [] for n in names}
     checked: dict[str, tuple[int, float]] = {}
     tolerance = CHECK_TOLERANCE[config.dtype]
@@ -210,9 +216,11 @@ def measure_speed(
         by_name = {n: SpeedRow(n, length, options=size_options(n, config.features)) for n in names}
         for name in names:
             row = by_name[name]
-            why = unsupported(name, config) or _too_big(name, length, times, memory, config)
-            if why:
+            if why := unsupported(name, config):
                 row.status = why
+                continue
+            if why := _too_big(name, length, fastest, memory, config):
+                row.status, row.skipped = f"skipped: {why}", why
                 continue
             try:
                 case = _Case(name, length, config)
@@ -238,16 +246,16 @@ def measure_speed(
                     seconds=config.seconds,
                     log=None,
                     device=config.device,
-                ).seconds
+                )
             except RuntimeError as err:  # out of memory mid-round: measure one by one
                 say(f"L={length}: {_first_line(err)}; timing one at a time")
                 timed = _one_by_one(cases, config, by_name)
             for name, case in cases.items():
-                if name not in timed:
+                if name not in timed.seconds:
                     continue
                 row = by_name[name]
-                row.time_ms = timed[name] * 1e3
-                times[name].append((length, timed[name]))
+                row.time_ms = timed.seconds[name] * 1e3
+                fastest[name] = (length, min(timed.round_seconds[name]))
                 peak = peak_memory_bytes(case.fn, device=config.device)
                 row.peak_memory_mib = peak / 2**20
                 memory[name].append((length, float(peak)))
@@ -257,35 +265,50 @@ def measure_speed(
     return rows
 
 
-def _one_by_one(
-    cases: dict[str, _Case], config: SpeedConfig, rows: dict[str, SpeedRow]
-) -> dict[str, float]:
-    timed = {}
+def _one_by_one(cases: dict[str, _Case], config: SpeedConfig, rows: dict[str, SpeedRow]) -> Rounds:
+    timed = Rounds({}, {}, {})
     for name, case in cases.items():
         try:
-            timed.update(interleaved_rounds({name: case.fn}, rounds=config.rounds,
-                                            seconds=config.seconds, log=None,
-                                            device=config.device).seconds)  # fmt: skip
+            alone = interleaved_rounds(
+                {name: case.fn},
+                rounds=config.rounds,
+                seconds=config.seconds,
+                log=None,
+                device=config.device,
+            )
         except RuntimeError as err:
             rows[name].status = f"error: {_first_line(err)}"
+            continue
+        timed.seconds.update(alone.seconds)
+        timed.round_seconds.update(alone.round_seconds)
+        timed.repeats.update(alone.repeats)
     return timed
 
 
 def _too_big(
     name: str,
     length: int,
-    times: dict[str, list[tuple[int, float]]],
+    fastest: dict[str, tuple[int, float]],
     memory: dict[str, list[tuple[int, float]]],
     config: SpeedConfig,
 ) -> str | None:
-    seconds = _predict(times[name], length)
-    if seconds > config.max_call_seconds:
-        return f"skipped: predicted {seconds:.3g} s per call > {config.max_call_seconds:g} s"
+    """Why ``name`` is not measured at ``length`` (None: it is)."""
+    if name in fastest:
+        measured, seconds = fastest[name]
+        growth = time_growth(spec(name).complexity)
+        assumed = "" if growth else ", assumed: no term in L in its complexity"
+        growth = growth or Growth(2)
+        predicted = seconds * growth.scale(measured, length)
+        if predicted > config.max_call_seconds:
+            return (
+                f"predicted {predicted:.3g} s per call > {config.max_call_seconds:g} s "
+                f"({growth.describe()} from {seconds * 1e3:.3g} ms at L={measured:,}{assumed})"
+            )
     peak = _predict(memory[name], length)
     if peak > config.memory_limit_bytes:
         return (
-            f"skipped: predicted {peak / 2**30:.3g} GiB > {config.memory_limit_bytes / 2**30:g} "
-            "GiB memory limit"
+            f"predicted {peak / 2**30:.3g} GiB > {config.memory_limit_bytes / 2**30:g} GiB "
+            "memory limit"
         )
     return None
 

@@ -57,7 +57,9 @@ def add_speed_parser(kinds: argparse._SubParsersAction) -> None:
     p.add_argument("--check-max-length", type=int_at_least(0), default=2048,
                    help="check against the dense reference up to this length")  # fmt: skip
     p.add_argument("--max-call-seconds", type=positive_float, default=2.0,
-                   help="skip a length where a call is predicted to take longer")  # fmt: skip
+                   help="skip a length where one call is predicted to take longer (the "
+                   "fastest round at the previous length times the growth of the mechanism's "
+                   "complexity)")  # fmt: skip
     p.add_argument("--memory-limit-gb", type=positive_float, default=8.0,
                    help="skip a length where peak memory is predicted to pass this")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
@@ -114,17 +116,32 @@ def describe(config: SpeedConfig, info: dict[str, Any]) -> str:
     )
 
 
-def _cell(value: float | None, ratio: float | None, status: str) -> str:
-    if value is None:
-        return "—" if status.startswith("unsupported") else status.split(":")[0]
-    return f"{value:.3g} ({ratio:.2g}×)" if ratio is not None else f"{value:.3g}"
+def skip_reason(row: SpeedRow) -> str | None:
+    """Why ``row`` was skipped (None: it was not); runs written before the ``skipped`` field
+    kept the reason in the status."""
+    if row.skipped or not row.status.startswith("skipped"):
+        return row.skipped
+    return row.status.partition(":")[2].strip() or "no reason recorded"
+
+
+def _cell(
+    value: float | None, ratio: float | None, row: SpeedRow, marks: dict[tuple[str, int], int]
+) -> str:
+    if value is not None:
+        return f"{value:.3g} ({ratio:.2g}×)" if ratio is not None else f"{value:.3g}"
+    if (row.mechanism, row.length) in marks:
+        return f"skipped [{marks[row.mechanism, row.length]}]"
+    return "—" if row.status.startswith("unsupported") else row.status.split(":")[0]
 
 
 def speed_markdown(config: SpeedConfig, rows: Sequence[SpeedRow], info: dict[str, Any]) -> str:
-    """Time and memory tables (ratios to softmax in brackets), crossover lengths, notes."""
+    """Time and memory tables (ratios to softmax in brackets), crossover lengths, notes;
+    skipped cells are marked ``skipped [n]`` and note n says why."""
     lengths = sorted({r.length for r in rows})
     names = list(dict.fromkeys(r.mechanism for r in rows))
     at = {(r.mechanism, r.length): r for r in rows}
+    skipped = [at[n, length] for n in names for length in lengths if skip_reason(at[n, length])]
+    marks = {(r.mechanism, r.length): i for i, r in enumerate(skipped, start=1)}
     cross = {c.mechanism: c.describe() for c in crossovers(rows)}
     head = " | ".join(f"L={n:,}" for n in lengths)
     rule = "|---" * (len(lengths) + 2) + "|"  # mechanism, the lengths, one last column
@@ -132,15 +149,16 @@ def speed_markdown(config: SpeedConfig, rows: Sequence[SpeedRow], info: dict[str
     memory_lines = [f"| mechanism | {head} | check error |", rule]
     for name in names:
         cells = [at[name, n] for n in lengths]
-        times = " | ".join(_cell(r.time_ms, r.speedup, r.status) for r in cells)
-        mems = " | ".join(_cell(r.peak_memory_mib, r.memory_ratio, r.status) for r in cells)
+        times = " | ".join(_cell(r.time_ms, r.speedup, r, marks) for r in cells)
+        mems = " | ".join(_cell(r.peak_memory_mib, r.memory_ratio, r, marks) for r in cells)
         errors = [r.check_error for r in cells if r.check_error is not None]
         check = f"{max(errors):.1e}" if errors else "—"
         time_lines.append(f"| {name} | {times} | {cross.get(name, 'baseline')} |")
         memory_lines.append(f"| {name} | {mems} | {check} |")
     notes = sorted(
-        {f"- {r.mechanism}, L={r.length:,}: {r.status}" for r in rows if r.status != "ok"}
-    )
+        {f"- {r.mechanism}, L={r.length:,}: {r.status}" for r in rows
+         if r.status != "ok" and not skip_reason(r)}
+    )  # fmt: skip
     parts = [
         f"# Speed and memory against {BASELINE}\n\n{describe(config, info)}.",
         "## Time per call (ms; speed-up over softmax in brackets)\n\n" + "\n".join(time_lines),
@@ -148,6 +166,15 @@ def speed_markdown(config: SpeedConfig, rows: Sequence[SpeedRow], info: dict[str
         "Check error: the largest relative error of the output (and of the input gradients "
         "for a backward pass) against the mechanism's float64 dense reference, before timing.",
     ]
+    if skipped:
+        parts.append(
+            "Skipped, predicted past the limits (not run):\n\n"
+            + "\n".join(
+                f"- [{marks[r.mechanism, r.length]}] {r.mechanism}, L={r.length:,}: "
+                f"{skip_reason(r)}"
+                for r in skipped
+            )
+        )
     if notes:
         parts.append("Not measured or not as usual:\n\n" + "\n".join(notes))
     return "\n\n".join(parts) + "\n"
