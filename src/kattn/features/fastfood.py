@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..functional.hadamard import hadamard_transform, next_power_of_two
 from .base import check_positive_int, register_feature_map, replace_buffer
-from .spectral import SpectralFeatureMap
+from .spectral import SpectralFeatureMap, upcast
 
 #: ``learn`` options: which diagonals are learned parameters.
 LEARN = {"sgb": ("scaling", "gaussian", "signs"), "s": ("scaling",), "none": ()}
@@ -120,8 +120,10 @@ class FastFoodFeatures(SpectralFeatureMap):
         return y if y.shape[-1] == m else y[..., :m]
 
     def frequencies(self) -> Tensor:
-        """The explicit ``V (H, M, D)`` (for analysis; the forward never forms it)."""
-        eye = torch.eye(self.head_dim, device=self.gaussian.device, dtype=self.gaussian.dtype)
+        """The explicit ``V (H, M, D)`` (for analysis; the forward never forms it), in fp32 for
+        half-precision parameters as the forward computes it."""
+        like = upcast(self.gaussian)
+        eye = torch.eye(self.head_dim, device=like.device, dtype=like.dtype)
         eye = eye.expand(1, self.num_heads, self.head_dim, self.head_dim)
         return self.project(eye)[0].transpose(-1, -2)
 

@@ -5,7 +5,9 @@ density is learned implicitly.
 ``g``: 4 fully connected layers, each with batch normalisation and LeakyReLU, then a fully
 connected layer with tanh (the paper's §2.1); one generator per attention layer, shared by its
 heads, each head with its own noise. Batch normalisation runs over the P·H noise vectors; in
-``eval()`` it uses its running statistics, so features are deterministic there.
+``eval()`` it uses its running statistics, so features are deterministic there. The generator
+runs in fp32 when the module is in half precision (its running statistics are kept in the
+module's dtype).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import check_positive_int, register_feature_map, replace_buffer
-from .spectral import SpectralFeatureMap
+from .spectral import SpectralFeatureMap, upcast
 
 
 class GenerativeFeatures(SpectralFeatureMap):
@@ -87,7 +89,17 @@ class GenerativeFeatures(SpectralFeatureMap):
         replace_buffer(self, "noise", self._draw())
 
     def frequencies(self) -> Tensor:
-        omega = self.net(self.noise)  # (H·P, D)
+        noise = upcast(self.noise)
+        own = {**dict(self.net.named_parameters()), **dict(self.net.named_buffers())}
+        wide = {name: upcast(t) if t.is_floating_point() else t for name, t in own.items()}
+        if all(wide[name] is t for name, t in own.items()):
+            omega = self.net(noise)  # (H·P, D)
+        else:  # half precision: the layers and batch statistics in fp32, on upcast copies
+            omega = torch.func.functional_call(self.net, wide, (noise,))
+            with torch.no_grad():  # running statistics that a training forward updated
+                for name, _ in self.net.named_buffers():
+                    if wide[name] is not own[name]:
+                        own[name].copy_(wide[name])
         return omega.view(self.num_heads, self.samples, self.head_dim)
 
     def extra_repr(self) -> str:

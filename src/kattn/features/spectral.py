@@ -25,6 +25,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..functional.numerics import accumulation_dtype
 from .base import (
     Features,
     ResampledFeatureMap,
@@ -92,7 +93,10 @@ class SpectralFeatureMap(ResampledFeatureMap):
         return 2 * self.num_frequencies if self.form == "rks" else self.num_frequencies
 
     def frequencies(self) -> Tensor:
-        """``Ω (H, P, D)``: a differentiable function of the learned parameters and the noise."""
+        """``Ω (H, P, D)``: a differentiable function of the learned parameters and the noise,
+        computed in fp32 when they are in half precision (fp64 stays fp64), as the features
+        are: a bf16 Ω would round every frequency, which the signed ``rks`` normaliser can
+        amplify into a large change of the output."""
         raise NotImplementedError
 
     def project(self, x: Tensor, scale: float = 1.0) -> Tensor:
@@ -117,6 +121,11 @@ class SpectralFeatureMap(ResampledFeatureMap):
             f"form={self.form!r}, num_features={self.samples}, "
             f"resample_every={self.resample_every!r}"
         )
+
+
+def upcast(t: Tensor) -> Tensor:
+    """``t`` in its accumulation dtype: fp32 for half precision, else unchanged."""
+    return t.to(accumulation_dtype(t.dtype))
 
 
 def _cos_sin(u: Tensor) -> Tensor:
@@ -198,12 +207,12 @@ class GaussianMixtureFeatures(SpectralFeatureMap):
         replace_buffer(self, "noise", self._draw())
 
     def frequencies(self) -> Tensor:
-        n, mu = self.noise, self.mean[:, :, None]  # (H, C, draws, D), (H, C, 1, D)
+        n, mu = upcast(self.noise), upcast(self.mean)[:, :, None]  # (H, C, draws, D), (H, C, 1, D)
         if self.form == "rks":
-            spread = n @ self.scale_matrix.transpose(-1, -2)  # Σ_c n
+            spread = n @ upcast(self.scale_matrix).transpose(-1, -2)  # Σ_c n
             omega = torch.cat([spread + mu, spread - mu], dim=2)
         else:
-            omega = n * torch.exp(0.5 * self.log_variance)[:, :, None] + mu
+            omega = n * torch.exp(0.5 * upcast(self.log_variance))[:, :, None] + mu
         return omega.reshape(self.num_heads, self.num_frequencies, self.head_dim)
 
     def extra_repr(self) -> str:
