@@ -1,12 +1,14 @@
 """Approximation studies: how well random features estimate softmax attention.
 
-:func:`norm_sweep` is the experiment of Luo et al. 2021 §3.3 (Fig. 1b): one query and ``keys`` keys
-drawn uniformly on the unit sphere of dimension d and scaled by R; the softmax attention row
-``A_j = exp(q·k_j) / Σ_j exp(q·k_j)`` against its random-feature estimate
+:func:`norm_sweep` is the experiment of Luo et al. 2021 §3.3 (Fig. 1b): one query and ``keys``
+keys drawn uniformly on the unit sphere of dimension d and scaled by R; the softmax attention
+row ``A_j = exp(q·k_j) / Σ_j exp(q·k_j)`` against its random-feature estimate
 ``Â_j = φ(q)·φ(k_j) / Σ_j φ(q)·φ(k_j)``, error ``‖A − Â‖₁`` averaged over seeds. For PRF the
 error grows with R (the estimator's variance grows like ``exp(‖q‖² + ‖k‖²)``) and, at R = 1,
 falls as the number of features M grows. The normalised case (NPRF) ℓ2-normalises q and k
-first, so it estimates ``softmax(q̂·k̂)`` whatever R.
+first, so it estimates ``softmax(q̂·k̂)`` whatever R. The figure draws the rows of the
+projection W i.i.d. from N(0, I_d) (``sampling="iid"``, the default here); ``"orthogonal"``
+(the feature maps' own default) and ``"sphere"`` are there for comparison.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from .style import pyplot, save_figure
 
 #: the variants of the study: (label, feature map, normalise q and k)
 NORM_SWEEP_VARIANTS = (("prf", "prf", False), ("trf", "trf", False), ("nprf", "prf", True))
+#: how the study may draw W: its name here -> the feature maps' ``sampling`` option
+SAMPLINGS = {"iid": "gaussian", "orthogonal": "orthogonal", "sphere": "sphere"}
 
 
 @dataclass(frozen=True)
@@ -38,23 +42,43 @@ class SweepRow:
     l1_error: float
     l1_error_std: float
     seeds: int
+    sampling: str = "iid"
 
 
 def _unit_sphere(n: int, d: int, generator: torch.Generator) -> torch.Tensor:
     return F.normalize(torch.randn(n, d, generator=generator, dtype=torch.float64), dim=-1)
 
 
-def attention_row_error(
-    feature_map: str, q: torch.Tensor, k: torch.Tensor, num_features: int, seed: int
-) -> float:
-    """``‖A − Â‖₁`` for one query ``q (d,)`` and keys ``k (n, d)`` with a fresh draw of
-    ``num_features`` features of ``feature_map`` (seeded)."""
-    d = q.shape[-1]
+def study_feature_map(
+    feature_map: str, dim: int, num_features: int, seed: int, sampling: str = "iid"
+) -> feature_maps.FeatureMap:
+    """A float64 ``feature_map`` with ``num_features`` features for head dimension ``dim``, W
+    drawn (seeded by ``seed``) as ``sampling`` says (a key of :data:`SAMPLINGS`)."""
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
     with torch.random.fork_rng():  # a seeded draw that leaves the caller's RNG alone
         torch.manual_seed(seed)
-        fm = feature_maps.build(
-            feature_map, head_dim=d, num_heads=1, num_features=num_features, redraw="never"
+        return feature_maps.build(
+            feature_map,
+            head_dim=dim,
+            num_heads=1,
+            num_features=num_features,
+            sampling=SAMPLINGS[sampling],
+            redraw="never",
         ).double()
+
+
+def attention_row_error(
+    feature_map: str,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    num_features: int,
+    seed: int,
+    sampling: str = "iid",
+) -> float:
+    """``‖A − Â‖₁`` for one query ``q (d,)`` and keys ``k (n, d)`` with a fresh draw of
+    ``num_features`` features of ``feature_map`` (:func:`study_feature_map`)."""
+    fm = study_feature_map(feature_map, q.shape[-1], num_features, seed, sampling)
     exact = torch.softmax(k @ q, dim=0)
     fq = fm.query_values(q[None, None, None, :]).reshape(-1)
     out = fm(k[None, None])
@@ -75,8 +99,11 @@ def norm_sweep(
     keys: int = 1024,
     seeds: int = 10,
     variants: tuple[tuple[str, str, bool], ...] = NORM_SWEEP_VARIANTS,
+    sampling: str = "iid",
 ) -> list[SweepRow]:
-    """The study of Luo et al. 2021 Fig. 1b for each variant ``(label, feature map, normalise)``."""
+    """The study of Luo et al. 2021 Fig. 1b for each variant ``(label, feature map,
+    normalise)``, the projections drawn by ``sampling`` (i.i.d. Gaussian rows, as in the
+    figure, by default)."""
     rows = []
     for label, name, normalize in variants:
         for radius in radii:
@@ -88,9 +115,12 @@ def norm_sweep(
                     k = _unit_sphere(keys, dim, g) * radius
                     if normalize:
                         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-                    errors.append(attention_row_error(name, q, k, m, seed=10_000 + seed))
+                    errors.append(
+                        attention_row_error(name, q, k, m, seed=10_000 + seed, sampling=sampling)
+                    )
                 std = statistics.stdev(errors) if len(errors) > 1 else 0.0
-                rows.append(SweepRow(label, float(radius), m, statistics.mean(errors), std, seeds))
+                mean = statistics.mean(errors)
+                rows.append(SweepRow(label, float(radius), m, mean, std, seeds, sampling))
     return rows
 
 
@@ -110,7 +140,7 @@ def rows_to_markdown(rows: list[SweepRow]) -> str:
         mine = [r for r in rows if r.variant == variant]
         ms = sorted({r.features for r in mine})
         lines += [
-            f"**{variant}**: mean ‖A − Â‖₁ over {mine[0].seeds} seeds",
+            f"**{variant}** (W {mine[0].sampling}): mean ‖A − Â‖₁ over {mine[0].seeds} seeds",
             "",
             "| R | " + " | ".join(f"M={m}" for m in ms) + " |",
             "|---|" + "---|" * len(ms),

@@ -15,6 +15,7 @@ import torch
 from ..registry import available
 from .approx import (
     NORM_SWEEP_VARIANTS,
+    SAMPLINGS,
     norm_sweep,
     plot_norm_sweep,
     rows_to_csv,
@@ -63,6 +64,7 @@ _APPLIES = {
     "heads": ("spectral", "mechanisms"),
     "input_std": ("spectral", "kernel", "mechanisms"),
     "mechanisms": ("spectral", "mechanisms"),
+    "sampling": ("norm-sweep",),
 }
 
 
@@ -108,6 +110,15 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         type=int_at_least(1),
         default=None,
         help="norm-sweep: number of keys (1024); kernel: queries and keys (256)",
+    )
+    p.add_argument(
+        "--sampling",
+        choices=tuple(SAMPLINGS),
+        default=None,
+        help="norm-sweep: how the rows of the projection W are drawn: iid, w ~ N(0, I_D) "
+        "(default, as in Luo et al. 2021, Fig. 1b); orthogonal, orthogonal in blocks of D with "
+        "Gaussian norms (Choromanski et al. 2021 §2.4); sphere, uniform on the sphere of "
+        "radius √D",
     )
     p.add_argument(
         "--variants",
@@ -275,12 +286,21 @@ def _json_value(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+#: the norm-sweep caption's words for each way of drawing W
+_SAMPLED = {
+    "iid": "with i.i.d. N(0, I) rows (as in the paper)",
+    "orthogonal": "with orthogonal rows in blocks of d, Gaussian norms",
+    "sphere": "with i.i.d. rows uniform on the sphere of radius √d",
+}
+
+
 def _norm_sweep(args: argparse.Namespace) -> int:
     known = {v[0]: v for v in NORM_SWEEP_VARIANTS}
     chosen = _subset(args.variants or ",".join(known), list(known), "variant(s)")
     _resolve(args, {"keys": (1024, 1024), "seeds": (2, 10),
                     "features": ((4, 16, 64, 256), (4, 16, 64, 256, 1024)),
                     "radii": ((1, 3, 5), (1, 2, 3, 4, 5))})  # fmt: skip
+    sampling = args.sampling or "iid"
     rows = []
     for name in chosen:
         print(f"norm-sweep: {name} ...", file=sys.stderr, flush=True)
@@ -291,11 +311,12 @@ def _norm_sweep(args: argparse.Namespace) -> int:
             keys=args.keys,
             seeds=args.seeds,
             variants=(known[name],),
+            sampling=sampling,
         )
     info = machine_info()
     caption = (
-        f"d={args.dim}, {args.keys} keys, one query, unit sphere × R; mean over {args.seeds} "
-        f"seeds (bars: standard error of the mean). "
+        f"d={args.dim}, {args.keys} keys, one query, unit sphere × R; W {_SAMPLED[sampling]}; "
+        f"mean over {args.seeds} seeds (bars: standard error of the mean). "
         f"kattn {info['kattn']}, torch {torch.__version__}"
     )
     markdown = f"# Norm sweep (Luo et al. 2021, Fig. 1b)\n\n{caption}.\n\n{rows_to_markdown(rows)}"
