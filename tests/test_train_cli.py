@@ -21,6 +21,7 @@ from .test_train_loop import listops_dir  # noqa: F401  (the fixture)
 SMALL = [
     "--set", "model.dim=16", "--set", "model.num_layers=1", "--set", "model.ffn_dim=32",
     "--batch-size", "8", "--eval-every", "2", "--device", "cpu", "--no-progress",
+    "--set", "optim.warmup_steps=1",
 ]  # fmt: skip
 
 
@@ -38,7 +39,7 @@ def test_presets_flags_and_overrides(capsys):
     sky = config_of(
         capsys, "--task", "retrieval", "--data", "somewhere", "--attention", "performer",
         "--attention-option", "num_features=128", "--set", "model.num_layers=4",
-        "--steps", "7", "--seed", "3",
+        "--steps", "7", "--seed", "3", "--set", "optim.warmup_steps=0",
     )  # fmt: skip
     assert sky["train"]["batch_size"] == 16 and sky["data"]["max_len"] == 4096  # skyformer
     assert sky["attention"] == {"name": "performer", "options": {"num_features": 128}}
@@ -71,6 +72,12 @@ def test_non_positive_clipping_and_init_exit_2(capsys, setting):
     assert main(["train", "--set", setting, "--print-config"]) == 2
     err = capsys.readouterr().err
     assert f"{setting.partition('=')[0]} must be positive" in err and "Traceback" not in err
+
+
+def test_a_warm_up_longer_than_the_run_exits_2_saying_what_to_set(capsys):
+    assert main(["train", "--steps", "50", "--print-config"]) == 2  # the small preset: 100
+    err = capsys.readouterr().err
+    assert "optim.warmup_steps (100) must be shorter than train.steps (50) with" in err
 
 
 def test_clipping_off_is_null(capsys):

@@ -1,11 +1,13 @@
 """Run configs: presets, dotted overrides parsed to the field types, refusals, JSON round trip."""
 
+import itertools
 import json
 
 import pytest
 
 from kattn.train import RunConfig, apply_overrides, preset
 from kattn.train.config import load_config
+from kattn.train.schedules import schedule_factor
 from kattn.train.validation import validate
 
 
@@ -129,3 +131,28 @@ def test_a_config_file_that_is_not_json_or_of_wrong_types_names_the_file(tmp_pat
     config = preset("small", "listops")
     broken.write_text(config.to_json())
     assert load_config(broken) == config
+
+
+@pytest.mark.parametrize("warmup", [6, 7, 1000])
+def test_a_one_cycle_warm_up_not_shorter_than_the_run_is_refused(warmup):
+    config = apply_overrides(RunConfig(), ["train.steps=6", f"optim.warmup_steps={warmup}"])
+    assert config.optim.schedule == "onecycle"
+    with pytest.raises(ValueError, match=rf"optim\.warmup_steps \({warmup}\) must be shorter"):
+        validate(config)
+    for fine in (0, 5):
+        validate(apply_overrides(RunConfig(), ["train.steps=6", f"optim.warmup_steps={fine}"]))
+
+
+@pytest.mark.parametrize("schedule", ["rsqrt", "cosine", "constant"])
+def test_a_linear_warm_up_longer_than_the_run_rises_for_the_whole_run(schedule):
+    """As LRA's Retrieval config does (warm-up 8000, 5000 steps): allowed, with a warning;
+    the rate rises at every step and stays below the warm-up peak."""
+    config = apply_overrides(
+        RunConfig(), [f"optim.schedule={json.dumps(schedule)}", "train.steps=6",
+                      "optim.warmup_steps=8"],
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match=r"warmup_steps \(8\) is longer .* ends at 75%"):
+        validate(config)
+    peak = schedule_factor(schedule, 7, 8, 6)
+    rates = [schedule_factor(schedule, step, 8, 6) for step in range(6)]
+    assert all(0 < a < b < peak for a, b in itertools.pairwise(rates))

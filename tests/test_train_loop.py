@@ -14,7 +14,7 @@ from kattn.data import generate_listops, write_listops
 from kattn.train import apply_overrides, preset
 from kattn.train.batches import BatchOrder
 from kattn.train.checkpoint import LAST, save_checkpoint
-from kattn.train.config import RunConfig
+from kattn.train.config import SCHEDULES, RunConfig
 from kattn.train.loop import Interrupted, evaluate_run, train
 from kattn.train.metrics import iter_records
 from kattn.train.schedules import build_optimizer, schedule_factor
@@ -196,6 +196,37 @@ def test_schedules():
         scheduler.step()
     assert lrs[0] == pytest.approx(1e-4 / 25) and max(lrs) == pytest.approx(1e-4)
     assert betas[0] == pytest.approx(0.95) and min(betas) == pytest.approx(0.85)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_no_schedule_gives_a_negative_rate(schedule):
+    """Stepped once per optimiser step, the schedule's last step computes the rate after the
+    run: one-cycle's linear anneal extrapolated past its end went negative there."""
+    optim = apply_overrides(RunConfig(), [f"optim.schedule={json.dumps(schedule)}"]).optim
+    optim.warmup_steps = 3
+    optimizer, scheduler = build_optimizer(torch.nn.Linear(2, 2), optim, total_steps=10)
+    rates = []
+    for _ in range(10):
+        optimizer.step()
+        scheduler.step()
+        rates.append(scheduler.get_last_lr()[0])
+    assert min(rates) >= 0.0, rates
+
+
+def test_the_logged_learning_rate_is_the_one_applied(listops_dir, tmp_path):
+    config = tiny("listops", listops_dir, "train.steps=6", "train.log_every=1")
+    assert config.optim.schedule == "onecycle"
+    train(config, tmp_path / "run", progress=False)
+    logged = [r["lr"] for r in iter_records(tmp_path / "run") if r["split"] == "train"]
+    optimizer, scheduler = build_optimizer(torch.nn.Linear(2, 2), config.optim, total_steps=6)
+    applied = []
+    for _ in range(6):
+        applied.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert logged == pytest.approx(applied)
+    assert logged[0] == pytest.approx(config.optim.lr / 25)  # one-cycle starts at peak / 25
+    assert min(logged) > 0
 
 
 def test_tensorboard_gets_the_metrics_when_installed(listops_dir, tmp_path, monkeypatch):

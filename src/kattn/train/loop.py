@@ -141,6 +141,7 @@ class _Run:
         )
         self.order = BatchOrder(self.objective.size("train"), loop.batch_size, loop.seed)
         self.state = RunState()
+        self.applied_lr = 0.0  # the learning rate of the last optimiser step
         self._signal: int | None = None
 
     # ---------------------------------------------------------------- the loop
@@ -210,9 +211,10 @@ class _Run:
             nn.utils.clip_grad_value_(self.model.parameters(), optim.grad_clip_value)
         if optim.grad_clip_norm is not None:
             nn.utils.clip_grad_norm_(self.model.parameters(), optim.grad_clip_norm)
+        self.applied_lr = float(self.optimizer.param_groups[0]["lr"])
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.scheduler.step()
+        self.scheduler.step()  # the rate of the next step
         self.optimizer.zero_grad(set_to_none=True)
         self.state.step += 1
 
@@ -246,7 +248,7 @@ class _Run:
         objective, state = self.objective, self.state
         values = objective.metrics(sums, "train")
         del values[objective.count_key]
-        values["lr"] = float(self.scheduler.get_last_lr()[0])
+        values["lr"] = self.applied_lr  # that of the last step, not the next
         values.update(objective.rates(state.step, state.train_time_s, self.config.train.batch_size))
         log.record("train", state.step, values)
         log.advance(state.step, {k: values[k] for k in objective.shown})

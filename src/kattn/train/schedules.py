@@ -28,6 +28,20 @@ def schedule_factor(name: str, step: int, warmup: int, total: int) -> float:
     raise ValueError(f"unknown schedule {name!r}")
 
 
+class _OneCycle(OneCycleLR):
+    """PyTorch's ``OneCycleLR`` holding its final rate once the cycle is done.
+
+    Stepped once per optimiser step, the scheduler's last step computes the rate after the
+    run, one step past the end of the anneal: the linear anneal extrapolated there is
+    negative. From then on the rate stays at the cycle's last value (and β₁ where it was).
+    """
+
+    def get_lr(self) -> list[float | torch.Tensor]:
+        if self.last_epoch >= self.total_steps:
+            return [group["min_lr"] for group in self.optimizer.param_groups]
+        return super().get_lr()
+
+
 def build_optimizer(
     model: nn.Module, optim: OptimConfig, total_steps: int
 ) -> tuple[torch.optim.AdamW, LRScheduler]:
@@ -41,7 +55,7 @@ def build_optimizer(
     )
     scheduler: LRScheduler
     if optim.schedule == "onecycle" and total_steps >= 3:
-        scheduler = OneCycleLR(
+        scheduler = _OneCycle(
             optimizer,
             max_lr=optim.lr,
             total_steps=total_steps,

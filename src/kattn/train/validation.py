@@ -4,6 +4,7 @@ the config key (``section.field``) and what it must be."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ def validate(config: RunConfig) -> RunConfig:
             f"train.batch_size ({config.train.batch_size}) must be a multiple of "
             f"optim.accumulate ({config.optim.accumulate})"
         )
+    _check_warmup(config)
     if config.model.dim % config.model.num_heads:
         raise ValueError(
             f"model.dim ({config.model.dim}) must be a multiple of model.num_heads "
@@ -99,6 +101,25 @@ def _check_ranges(config: RunConfig) -> None:
             raise ValueError(f"{key} must be in [0, 1), got {value}")
     if not 0.0 <= loop.best_after <= 1.0:
         raise ValueError(f"train.best_after must be in [0, 1], got {loop.best_after}")
+
+
+def _check_warmup(config: RunConfig) -> None:
+    """One-cycle's warm-up is a fraction of the run, so it must end before the run does; the
+    other schedules warm up linearly whatever the length (LRA's Retrieval config warms up for
+    8000 steps of a 5000-step run), so a longer warm-up only never reaches the peak."""
+    warmup, steps, schedule = config.optim.warmup_steps, config.train.steps, config.optim.schedule
+    if schedule == "onecycle" and warmup >= steps and steps >= 3:
+        raise ValueError(
+            f"optim.warmup_steps ({warmup}) must be shorter than train.steps ({steps}) with "
+            f"optim.schedule=onecycle: its warm-up is the fraction warmup_steps / steps of the "
+            f"run, and would leave no time to anneal; set optim.warmup_steps below {steps}"
+        )
+    if schedule != "onecycle" and warmup > steps:
+        warnings.warn(
+            f"optim.warmup_steps ({warmup}) is longer than train.steps ({steps}): the learning "
+            f"rate rises for the whole run and ends at {steps / warmup:.0%} of its warm-up peak",
+            stacklevel=3,
+        )
 
 
 def _validate_task_fields(config: RunConfig) -> None:
