@@ -10,9 +10,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from kattn.cli import main
 from kattn.train.config import RunConfig
+from kattn.train.distributed import Processes, resolve_device
 from kattn.train.tasks import EMBEDDED_LISTOPS, TASK_LENGTHS, build_model
 from kattn.train.validation import validate
 
@@ -114,6 +116,29 @@ def test_a_corrupted_config_json_in_a_run_folder_is_named(tmp_path, capsys, comm
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"{run / 'config.json'} is not valid JSON" in err
+
+
+@pytest.mark.parametrize("command", ["train", "train-print", "eval", "generate"])
+@pytest.mark.parametrize("device", ["tpu", "cuda:x", "gpu0"])
+def test_an_unknown_device_exits_2_listing_the_valid_ones(tmp_path, capsys, command, device):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(RunConfig().to_json())
+    argv = {
+        "train": ["train", "--out", str(tmp_path / "new")],
+        "train-print": ["train", "--print-config"],
+        "eval": ["eval", "--run", str(run)],
+        "generate": ["generate", "--run", str(run), "--prompt", "a"],
+    }[command]
+    assert main([*argv, "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert "--device must be auto, cpu, cuda, cuda:N" in err and repr(device) in err
+
+
+def test_resolve_device_refuses_unknown_devices():
+    with pytest.raises(ValueError, match=r"device must be auto, cpu, cuda, cuda:N.*'tpu'"):
+        resolve_device("tpu", Processes())
+    assert resolve_device("cpu", Processes()) == torch.device("cpu")
 
 
 def test_stop_resume_and_eval(listops_dir, tmp_path, capsys):  # noqa: F811

@@ -18,6 +18,7 @@ from .config import (
     load_config,
     preset,
 )
+from .distributed import check_device
 from .loop import Interrupted, evaluate_run, train
 from .validation import validate
 
@@ -94,7 +95,7 @@ def add_train_parsers(sub: Any) -> None:
     p.add_argument("--batch-size", type=int, help="examples per optimiser step (all processes)")
     p.add_argument("--eval-every", type=int, help="steps between validations and checkpoints")
     p.add_argument("--seed", type=int, help="seed of the model, data order and dropout")
-    p.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N or mps")
     p.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
     )
@@ -112,7 +113,7 @@ def add_train_parsers(sub: Any) -> None:
     p.add_argument("--run", required=True, help="the run folder")
     p.add_argument("--split", default="test", choices=("train", "valid", "test"))
     p.add_argument("--checkpoint", default="best", choices=("best", "last"))
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N or mps")
     p.set_defaults(func=cmd_eval)
 
 
@@ -165,6 +166,8 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.device:
+        check_device(args.device, "--device")
     if args.resume:
         given = [f"--{f.replace('_', '-')}" for f in _CONFIG_FLAGS if getattr(args, f)]
         if not args.out or given:
@@ -195,6 +198,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    check_device(args.device, "--device")
     run = Path(args.run)
     if not (run / "config.json").is_file():
         raise ValueError(f"{run} is not a run folder (no config.json)")

@@ -7,6 +7,7 @@ process. Every process sees its share of each global batch; rank 0 writes the ru
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -48,14 +49,36 @@ def processes_from_env() -> Processes:
     return Processes(int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def resolve_device(name: str, processes: Processes) -> torch.device:
-    """``auto`` → CUDA when available, else CPU; each process its own GPU."""
+#: the devices a run can name.
+DEVICES = "auto, cpu, cuda, cuda:N (N a GPU index) or mps"
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+
+
+def check_device(name: str, what: str = "device") -> str:
+    """``name`` if it is one of :data:`DEVICES`, else a ``ValueError`` naming ``what`` (the
+    flag or config key that gave it)."""
+    if not isinstance(name, str) or not _DEVICE.fullmatch(name):
+        raise ValueError(f"{what} must be {DEVICES}, got {name!r}")
+    return name
+
+
+def resolve_device(name: str, processes: Processes, what: str = "device") -> torch.device:
+    """``auto`` → CUDA when available, else CPU; each process its own GPU. A device that is
+    not one of :data:`DEVICES`, or not available here, raises a ``ValueError``."""
+    check_device(name, what)
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{what} 'mps' asked for, but MPS is not available; use cpu")
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError("device 'cuda' asked for, but CUDA is not available")
+            raise ValueError(f"{what} {name!r} asked for, but CUDA is not available; use cpu")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(
+                f"{what} {name!r}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}"
+            )
         if processes.distributed or device.index is None:
             device = torch.device("cuda", processes.local_rank)
         torch.cuda.set_device(device)

@@ -12,6 +12,7 @@ import torch
 
 from ..nn import CausalLM
 from ..nn.generation import STRATEGIES
+from .distributed import check_device
 
 
 def add_generate_parser(sub: Any) -> None:
@@ -35,7 +36,7 @@ def add_generate_parser(sub: Any) -> None:
     p.add_argument("--num-samples", type=int, default=1, help="continuations to draw")
     p.add_argument("--checkpoint", default="best", choices=("best", "last"))
     p.add_argument("--strategy", default="auto", choices=STRATEGIES)
-    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N or auto")
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
     p.add_argument("--json", action="store_true", help="print the samples and timings as JSON")
     p.set_defaults(func=cmd_generate)
 
@@ -43,6 +44,7 @@ def add_generate_parser(sub: Any) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     from . import load_trained_model
 
+    check_device(args.device, "--device")
     model, _, tokenizer = load_trained_model(
         args.run, checkpoint=args.checkpoint, device=args.device
     )

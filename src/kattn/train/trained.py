@@ -37,6 +37,7 @@ def load_trained_model(
     if not (run / CONFIG).is_file():
         raise ValueError(f"{run} is not a run folder (no {CONFIG})")
     config = load_config(run / CONFIG)
+    target = resolve_device(device, Processes())
     tokenizer: Tokenizer | None = None
     model: nn.Module
     if config.data.task == "lm":
@@ -44,7 +45,6 @@ def load_trained_model(
         model = build_lm(config, tokenizer.vocab_size)
     else:
         model = build_model(config, load_task(config))
-    target = resolve_device(device, Processes())
     saved = load_checkpoint(run / (BEST if checkpoint == "best" else LAST), target)
     model.load_state_dict(saved["model"])
     return model.to(target).eval(), config, tokenizer

@@ -10,11 +10,13 @@ from typing import Any
 
 from ..registry import MECHANISMS
 from .config import AMP_DTYPES, SCHEDULES, TASKS, RunConfig
+from .distributed import check_device
 
 
 def validate(config: RunConfig) -> RunConfig:
     """``config`` if its values are usable, else a ``ValueError`` naming the field."""
     _check_choices(config)
+    check_device(config.train.device, "train.device")
     _check_ranges(config)
     if config.train.batch_size % config.optim.accumulate:
         raise ValueError(
