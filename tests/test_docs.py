@@ -7,7 +7,11 @@ import pytest
 
 from .markdown_tables import check_tables
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+#: how the papers' text files are named inside the project (seed 000 … seed 004): no reader
+#: knows these, so docs, docstrings and --help cite the papers by author, year and section
+INTERNAL_PAPER_NAME = re.compile(r"\bseed[ -]?00\d", re.IGNORECASE)
 
 
 @pytest.mark.parametrize(
@@ -27,6 +31,24 @@ def test_doc_examples_run(page):
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, str(DOCS / page), "exec"), namespace)
+
+
+def test_papers_are_cited_by_author_not_by_internal_file_name():
+    files = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted((ROOT / "src").rglob("*.py"))]
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if INTERNAL_PAPER_NAME.search(line)
+    ]
+    assert not found, "cite the paper (see README.md#papers) instead of:\n" + "\n".join(found)
+
+
+def test_the_internal_name_pattern_catches_its_spellings():
+    hits = ["(seed 000 eq. 3)", "Seed 003 Appendix F", "the seed-000 LM setting", "seed002"]
+    misses = ["seed 0", "--seed 42", "seeded 001", "torch.manual_seed(0)"]
+    assert all(INTERNAL_PAPER_NAME.search(text) for text in hits)
+    assert not any(INTERNAL_PAPER_NAME.search(text) for text in misses)
 
 
 @pytest.mark.parametrize(
