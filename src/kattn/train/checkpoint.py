@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 LAST = "last.pt"
 BEST = "best.pt"
@@ -73,9 +74,65 @@ def save_json(path: Path, value: Any) -> None:
     atomic_write(path, lambda file: file.write(text.encode()))
 
 
-def load_checkpoint(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """A checkpoint written by :func:`save_checkpoint` (tensors on ``device``)."""
+def load_checkpoint(
+    path: Path, device: torch.device | str = "cpu", *, keys: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A checkpoint written by :func:`save_checkpoint` (tensors on ``device``) holding
+    ``keys``.
+
+    Raises:
+        FileNotFoundError: there is no file at ``path``.
+        ValueError: the file is damaged (cut short, not a checkpoint, or without ``keys``);
+            the message names it and the run's other checkpoint.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    state: dict[str, Any] = torch.load(path, map_location=device, weights_only=False)
+    try:
+        state = torch.load(path, map_location=device, weights_only=False)
+    except Exception as err:  # a cut-short or foreign file fails in many ways
+        reason = f"cut short or not a checkpoint: {_first_sentence(err)}"
+        raise ValueError(_damaged(path, reason)) from None
+    if not isinstance(state, dict) or not set(keys) <= state.keys():
+        raise ValueError(_damaged(path, f"not a kattn checkpoint: no {', '.join(keys)}"))
     return state
+
+
+def load_model_state(
+    model: nn.Module, path: Path, device: torch.device | str, *, keys: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Load the model of checkpoint ``path`` (a run's ``best.pt`` or ``last.pt``, holding
+    ``keys`` besides ``model``) into ``model`` and return the checkpoint; a damaged
+    checkpoint, or one of another model, raises a ValueError naming the file."""
+    saved = load_checkpoint(path, device, keys=("model", *keys))
+    try:
+        model.load_state_dict(saved["model"])
+    except RuntimeError as err:
+        raise ValueError(
+            f"{path} does not fit the model of {path.parent / 'config.json'} "
+            f"({_first_sentence(err)}): was config.json edited after training?"
+        ) from None
+    return saved
+
+
+def _damaged(path: Path, why: str) -> str:
+    """What is wrong with checkpoint ``path`` and what the run folder still offers."""
+    best, last = path.with_name(BEST), path.with_name(LAST)
+    if path.name == LAST:
+        instead = (
+            f"{best} still holds the best model (kattn eval --run {path.parent} "
+            f"--checkpoint best); resuming needs last.pt, so train again with another --out"
+            if best.is_file()
+            else "resuming needs last.pt: train again with another --out"
+        )
+    else:
+        instead = (
+            f"{last} holds the model of the last evaluation (--checkpoint last)"
+            if last.is_file()
+            else f"the run has no {last.name} to use instead: train it again"
+        )
+    return f"{path} is damaged ({why}); {instead}"
+
+
+def _first_sentence(err: BaseException) -> str:
+    text = str(err).strip().split(". ")[0]
+    return text.splitlines()[0][:120] if text else type(err).__name__

@@ -31,7 +31,14 @@ from torch.nn.parallel import DistributedDataParallel
 from .. import __version__
 from ..data import LMData
 from .batches import BatchOrder
-from .checkpoint import BEST, LAST, RunState, load_checkpoint, save_checkpoint, save_json
+from .checkpoint import (
+    BEST,
+    LAST,
+    RunState,
+    load_model_state,
+    save_checkpoint,
+    save_json,
+)
 from .config import RunConfig, load_config
 from .distributed import (
     Processes,
@@ -293,8 +300,9 @@ class _Run:
         self.procs.barrier()
 
     def _restore(self) -> None:
-        saved = load_checkpoint(self.run / LAST, self.device)
-        self.model.load_state_dict(saved["model"])
+        saved = load_model_state(
+            self.model, self.run / LAST, self.device, keys=("optimizer", "scheduler", "state")
+        )
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
         self.scaler.load_state_dict(saved["scaler"])
@@ -325,7 +333,7 @@ class _Run:
     def _finish(self, log: MetricsLog) -> dict[str, Any]:
         state, started = self.state, time.perf_counter()
         if (self.run / BEST).exists():
-            self.model.load_state_dict(load_checkpoint(self.run / BEST, self.device)["model"])
+            load_model_state(self.model, self.run / BEST, self.device)
         test = self.evaluate("test")
         log.record("test", state.best_step or state.step, test)
         results = self._results(test)
@@ -375,8 +383,9 @@ def evaluate_run(
     procs = Processes()
     config.train.device = device
     runner = _Run(config, run, procs, resolve_device(device, procs), from_run=True)
-    saved = load_checkpoint(run / (BEST if checkpoint == "best" else LAST), runner.device)
-    runner.model.load_state_dict(saved["model"])
+    saved = load_model_state(
+        runner.model, run / (BEST if checkpoint == "best" else LAST), runner.device
+    )
     step = saved["step"] if checkpoint == "best" else saved["state"]["step"]
     metrics = runner.evaluate(split)
     return {"run": str(run), "split": split, "checkpoint": checkpoint, "step": step, **metrics}

@@ -8,6 +8,7 @@ import json
 import resource
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,46 @@ METRICS = "metrics.jsonl"
 
 
 def truncate_metrics(path: Path, last_step: int) -> None:
-    """Drop the records after ``last_step`` (a resumed run repeats those steps)."""
+    """Drop the records after ``last_step`` (a resumed run repeats those steps), and a
+    half-written last line (see :func:`read_metrics`)."""
     if not path.exists():
         return
-    kept = [
-        line
-        for line in path.read_text().splitlines()
-        if line.strip() and json.loads(line)["step"] <= last_step
-    ]
+    kept = [line for line, record in read_metrics(path) if record["step"] <= last_step]
     path.write_text("".join(line + "\n" for line in kept))
+
+
+def read_metrics(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The lines of a ``metrics.jsonl`` and their records.
+
+    A last line that is not a whole record is what a crash or power loss during a write
+    leaves: it is dropped with a warning. A damaged line before it raises a ``ValueError``
+    naming the file and the line.
+    """
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    numbered = [(number, line) for number, line in enumerate(lines, start=1) if line.strip()]
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for i, (number, line) in enumerate(numbered):
+        try:
+            record = json.loads(line)
+        except ValueError as err:
+            problem = str(err)
+        else:
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                rows.append((line, record))
+                continue
+            problem = "no integer 'step'"
+        if i == len(numbered) - 1:
+            warnings.warn(
+                f"{path}, line {number} is cut short (a write interrupted by a crash or power "
+                f"loss): dropped",
+                stacklevel=3,
+            )
+            break
+        raise ValueError(
+            f"{path}, line {number} is not a JSON record ({problem}); expected one JSON "
+            f"object with a 'step' per line"
+        )
+    return rows
 
 
 class MetricsLog:
@@ -129,11 +161,9 @@ def _summary_writer(folder: Path) -> Any:
 
 
 def iter_records(run_dir: str | Path) -> Iterator[dict[str, Any]]:
-    """The records of a run's ``metrics.jsonl``."""
-    with (Path(run_dir) / METRICS).open() as file:
-        for line in file:
-            if line.strip():
-                yield json.loads(line)
+    """The records of a run's ``metrics.jsonl`` (see :func:`read_metrics`)."""
+    for _, record in read_metrics(Path(run_dir) / METRICS):
+        yield record
 
 
 def peak_memory(device: torch.device) -> tuple[int, str]:

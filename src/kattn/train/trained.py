@@ -12,7 +12,7 @@ from pathlib import Path
 from torch import nn
 
 from ..data import Tokenizer
-from .checkpoint import BEST, LAST, load_checkpoint
+from .checkpoint import BEST, LAST, load_model_state
 from .config import RunConfig, load_config
 from .distributed import Processes, resolve_device
 from .tasks import build_lm, build_model, load_task, run_tokenizer
@@ -45,6 +45,5 @@ def load_trained_model(
         model = build_lm(config, tokenizer.vocab_size)
     else:
         model = build_model(config, load_task(config))
-    saved = load_checkpoint(run / (BEST if checkpoint == "best" else LAST), target)
-    model.load_state_dict(saved["model"])
+    load_model_state(model, run / (BEST if checkpoint == "best" else LAST), target)
     return model.to(target).eval(), config, tokenizer
