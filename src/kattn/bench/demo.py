@@ -4,6 +4,9 @@ On this machine, with nothing to download: speed and peak memory of every regist
 mechanism against softmax at a few lengths, the approximation error of every approximate
 mechanism against its exact counterpart, and a short ListOps training run of a handful of
 mechanisms on generated data. Everything lands in one folder with ``report.md`` on top.
+
+Each training run runs in a fresh process of its own, so that the peak memory it reports is
+its own and not the largest of every run and benchmark before it in the demo's process.
 """
 
 from __future__ import annotations
@@ -12,16 +15,18 @@ import argparse
 import contextlib
 import io
 import json
+import multiprocessing
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..registry import available, spec
+from ..registry import MECHANISMS, available, build, spec
 from .cli_types import int_at_least, name_list, output_folder
 from .report import build_report
 from .speed import SpeedConfig, SpeedRow, crossovers, measure_speed
@@ -117,10 +122,72 @@ def _listops(out: Path, plan: DemoPlan) -> str | None:
     return str(folder)
 
 
-def run_training(out: Path, plan: DemoPlan, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """A short ListOps run of each mechanism in ``names`` (the ``small`` preset)."""
-    from ..train.config import apply_overrides, preset
+#: the option that says how often a mechanism's random features are drawn anew
+REDRAW_OPTIONS = ("redraw", "resample_every")
+
+
+def redraw_plan(name: str, steps: int) -> tuple[dict[str, str], str | None]:
+    """The options that keep ``name`` from drawing its random features anew at the last step
+    of a ``steps``-step run when that would be its only redraw (just before the last
+    evaluation, with no step left to adapt: the curve dips there), and a sentence saying what
+    ``name`` does during the run (None: no random features, or no redraw before the end)."""
+    from ..features.base import ResampledFeatureMap
+
+    with torch.random.fork_rng(devices=[]):
+        module = build(name, head_dim=8, num_heads=1, max_len=32)
+    periods = [m.every for m in module.modules() if isinstance(m, ResampledFeatureMap)]
+    every = min((p for p in periods if isinstance(p, int)), default=None)
+    if every is None or every > steps:
+        return {}, None
+    last = f", the last time at step {steps}, just before the last evaluation"
+    if every < steps:
+        return {}, (
+            f"{name} draws its random features anew every {every} training steps"
+            + (last if steps % every == 0 else "")
+        )
+    entry = MECHANISMS.get(name)
+    valid = entry.cls.option_names(entry.defaults) or []
+    option = next((key for key in REDRAW_OPTIONS if key in valid), None)
+    if option is None:
+        return {}, f"{name} draws its random features anew once{last}"
+    return (
+        {option: "never"},
+        f"{name} keeps its first draw of random features (its default redraw, every {every} "
+        "steps, would come only at the last step, just before the last evaluation)",
+    )
+
+
+def _train_alone(config: Any, run_dir: Path, threads: int) -> dict[str, Any]:
+    """Runs in a fresh process: the peak memory of the run is its own."""
     from ..train.loop import train
+
+    torch.set_num_threads(threads)
+    return train(config, run_dir, progress=True)
+
+
+def _idle_peak() -> int:
+    """The peak memory of a fresh process that imports the training loop and trains nothing."""
+    from ..train.metrics import peak_memory
+
+    return peak_memory(torch.device("cpu"))[0]
+
+
+def in_fresh_process(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a new process forked from multiprocessing's fork server (a small
+    process that imports nothing of ours): the new process's peak resident set is its own.
+    A process started by ``exec`` from this one would not do: Linux carries the peak of the
+    process that called ``exec`` into the new program's ``ru_maxrss``."""
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(fn, *args).result()
+
+
+def run_training(out: Path, plan: DemoPlan, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """A short ListOps run of each mechanism in ``names`` (the ``small`` preset), each in a
+    process of its own (:func:`in_fresh_process`; a script calling this needs the usual
+    ``if __name__ == "__main__":`` guard of multiprocessing)."""
+    from ..train.config import apply_overrides, preset
     from ..train.tasks import EMBEDDED_LISTOPS
 
     data = _listops(out, plan)
@@ -132,11 +199,13 @@ def run_training(out: Path, plan: DemoPlan, names: tuple[str, ...]) -> dict[str,
         overrides = [f"train.steps={plan.train_steps}", f"train.eval_every={plan.eval_every}",
                      f"optim.warmup_steps={max(1, plan.train_steps // 10)}"]  # fmt: skip
         overrides += [f"attention.options.{key}={TRAIN_SIZE}" for key in _size_keys(name)]
+        redraw, _ = redraw_plan(name, plan.train_steps)
+        overrides += [f"attention.options.{key}={value}" for key, value in redraw.items()]
         if data is not None:  # padded to the longest generated expression, not LRA's 2000
             overrides.append(f"data.max_len={EMBEDDED_LISTOPS['max_length']}")
         apply_overrides(config, overrides)
         _say(f"training {name} for {plan.train_steps} steps")
-        results[name] = train(config, out / name, progress=True)
+        results[name] = in_fresh_process(_train_alone, config, out / name, torch.get_num_threads())
     return results
 
 
@@ -180,6 +249,21 @@ def _error(found: tuple[float, bool] | None) -> str:
     return f"{error:.3f}" if counterpart else f"({error:.3f} vs softmax)"
 
 
+def training_notes(names: tuple[str, ...], steps: int, idle_bytes: int) -> str:
+    """What the training table's peak memory measures and what the trained mechanisms do with
+    their random features during the run."""
+    text = (
+        "Training runs: each ran in a fresh process of its own, and its peak memory is that "
+        "process's: on CPU its peak resident set, which includes the Python interpreter, "
+        f"PyTorch and kattn (a fresh process that imports them and trains nothing peaks at "
+        f"{idle_bytes / 2**20:,.0f} MiB); on a GPU the CUDA allocator's peak."
+    )
+    notes = [note for name in names if (note := redraw_plan(name, steps)[1])]
+    if notes:
+        text += " Random features: " + "; ".join(notes) + "."
+    return text
+
+
 def run_demo(
     out: Path,
     plan: DemoPlan = FULL,
@@ -195,6 +279,7 @@ def run_demo(
     _say("approximation error against the exact counterparts")
     errors = run_errors(out / "approx", plan, heads)
     results = run_training(out / "train", plan, trained)
+    idle = in_fresh_process(_idle_peak)
     info = machine_info()
     table = summary_table(speed, errors, results)
     steps = f"{plan.train_steps} steps"
@@ -207,6 +292,7 @@ def run_demo(
         f"compared with softmax), L={max(plan.error_lengths)}, at initialisation. "
         f"Speed and memory: forward pass, B=1, H={heads}, D=64, each mechanism's default "
         f"size. ListOps: the `small` preset, {steps}, {TRAIN_SIZE} features or landmarks."
+        f"\n\n{training_notes(trained, plan.train_steps, idle)}"
     )
     report = out / "report.md"
     body = build_report([out / "speed", out / "approx", out / "train"], report)
