@@ -13,12 +13,14 @@ import pytest
 import torch
 
 from kattn.cli import main
+from kattn.train.commands import _SUMMARY
 from kattn.train.config import RunConfig
 from kattn.train.distributed import Processes, resolve_device
+from kattn.train.loop import train
 from kattn.train.tasks import EMBEDDED_LISTOPS, TASK_LENGTHS, build_model
 from kattn.train.validation import validate
 
-from .test_train_loop import listops_dir  # noqa: F401  (the fixture)
+from .test_train_loop import listops_dir, tiny  # noqa: F401  (the fixture)
 
 SMALL = [
     "--set", "model.dim=16", "--set", "model.num_layers=1", "--set", "model.ffn_dim=32",
@@ -142,19 +144,52 @@ def test_resolve_device_refuses_unknown_devices():
 
 
 def test_stop_resume_and_eval(listops_dir, tmp_path, capsys):  # noqa: F811
+    """--stop-after is a deliberate stop (exit 0, no results printed); every start prints a
+    one-line header."""
     out = str(tmp_path / "run")
     argv = ["train", "--data", str(listops_dir), "--out", out, "--steps", "6", *SMALL]
-    assert main([*argv, "--stop-after", "3"]) == 130
-    assert "--resume" in capsys.readouterr().err
+    assert main([*argv, "--stop-after", "3"]) == 0
+    stopped = capsys.readouterr()
+    assert stopped.out == "" and "stopped at step 3" in stopped.err and "--resume" in stopped.err
+    header = stopped.err.splitlines()[0]
+    for part in ("task listops", f"data {listops_dir} (64 train / 16 valid / 24 test examples)",
+                 "parameters", "mechanism softmax", "device cpu", "threads"):  # fmt: skip
+        assert part in header, header
     assert main(argv) == 2  # the folder holds a run
+    assert main(["train", "--out", out, "--resume", "--stop-after", "3"]) == 2
+    assert "--stop-after (3) is not after step 3" in capsys.readouterr().err
     assert main(["train", "--out", out, "--resume", "--no-progress"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    summary, resumed = capsys.readouterr()
+    summary = json.loads(summary)
     assert summary["steps"] == 6 and summary["majority_baseline"] > 0
+    assert "resuming at step 3" in resumed.splitlines()[0]
     assert main(["eval", "--run", out, "--device", "cpu"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["accuracy"] == summary["test_accuracy"]
     assert json.loads((tmp_path / "run" / "eval-test-best.json").read_text()) == again
     assert main(["eval", "--run", str(tmp_path)]) == 2
+
+
+@pytest.mark.parametrize("step", ["0", "-1"])
+def test_a_stop_step_that_is_not_positive_exits_2(capsys, step):
+    assert main(["train", "--stop-after", step, "--print-config"]) == 2
+    assert f"--stop-after must be a positive step, got {step}" in capsys.readouterr().err
+
+
+def test_the_library_refuses_a_stop_step_that_is_not_positive(listops_dir, tmp_path):  # noqa: F811
+    with pytest.raises(ValueError, match="stop_after must be a positive step, got 0"):
+        train(tiny("listops", listops_dir), tmp_path / "run", progress=False, stop_after=0)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_only_the_first_process_prints_the_results(monkeypatch, capsys, tmp_path, rank):
+    """Under torchrun every process runs the command; one summary is printed."""
+    results = {"task": "listops", **{key: 1 for key in _SUMMARY["classification"][1:]}}
+    monkeypatch.setattr("kattn.train.commands.train", lambda *args, **kwargs: results)
+    monkeypatch.setattr("kattn.train.commands.processes_from_env", lambda: Processes(rank, 2))
+    assert main(["train", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert (json.loads(out)["steps"] == 1) if rank == 0 else out == ""
 
 
 def test_embedded_default_generates_and_caches_listops(tmp_path, monkeypatch, capsys):

@@ -41,6 +41,8 @@ def test_two_processes_match_one(listops_dir, tmp_path):  # noqa: F811
     assert done.returncode == 0, done.stderr[-3000:]
     two = json.loads((tmp_path / "two" / "results.json").read_text())
     assert two["world_size"] == 2 and one["world_size"] == 1
+    assert json.loads(done.stdout)["steps"] == 6  # one summary: the first process's
+    assert done.stderr.count("kattn train: task listops") == 1
     losses = {
         run: [(r["step"], r["loss"]) for r in iter_records(tmp_path / run) if r["split"] != "test"]
         for run in ("one", "two")

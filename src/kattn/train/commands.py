@@ -18,7 +18,7 @@ from .config import (
     load_config,
     preset,
 )
-from .distributed import check_device
+from .distributed import check_device, processes_from_env
 from .loop import Interrupted, evaluate_run, train
 from .validation import validate
 
@@ -156,7 +156,7 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
     prefix = "attention.options."
     given = [item[len(prefix) :].partition("=")[0] for item in settings if item.startswith(prefix)]
     dropped = drop_preset_options(config, preset_options, given)
-    if dropped:
+    if dropped and processes_from_env().is_main:
         print(
             f"kattn: note: {config.attention.name} does not take the attention option(s) "
             f"{', '.join(dropped)} of the preset (or --config); left out",
@@ -168,6 +168,9 @@ def resolve_config(args: argparse.Namespace) -> RunConfig:
 def cmd_train(args: argparse.Namespace) -> int:
     if args.device:
         check_device(args.device, "--device")
+    if args.stop_after is not None and args.stop_after < 1:
+        raise ValueError(f"--stop-after must be a positive step, got {args.stop_after}")
+    main = processes_from_env().is_main  # under torchrun, the first process speaks
     if args.resume:
         given = [f"--{f.replace('_', '-')}" for f in _CONFIG_FLAGS if getattr(args, f)]
         if not args.out or given:
@@ -188,12 +191,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             stop_after=args.stop_after,
         )  # fmt: skip
     except Interrupted as stop:
-        print(f"kattn: {stop}", file=sys.stderr)
-        return 130
+        if main:
+            print(f"kattn: {stop}", file=sys.stderr)
+        return 0 if stop.signum is None else 130  # --stop-after is a finished command
     except FileExistsError as err:
         raise ValueError(str(err)) from None
-    keys = _SUMMARY["lm" if results["task"] == "lm" else "classification"]
-    print(json.dumps({k: results[k] for k in keys}, indent=2))
+    if main:
+        keys = _SUMMARY["lm" if results["task"] == "lm" else "classification"]
+        print(json.dumps({k: results[k] for k in keys}, indent=2))
     return 0
 
 

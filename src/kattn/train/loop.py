@@ -28,7 +28,6 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from .. import __version__
 from ..data import LMData
 from .batches import BatchOrder
 from .checkpoint import (
@@ -47,9 +46,10 @@ from .distributed import (
     processes_from_env,
     resolve_device,
 )
-from .metrics import METRICS, MetricsLog, peak_memory, truncate_metrics
+from .metrics import METRICS, MetricsLog, truncate_metrics
 from .objectives import build_objective
 from .schedules import build_optimizer
+from .summary import run_header, run_results
 from .tasks import build_model, load_task, run_tokenizer
 from .validation import validate
 
@@ -58,13 +58,15 @@ RESULTS = "results.json"
 
 
 class Interrupted(RuntimeError):
-    """The run stopped before its last step (signal or ``stop_after``); ``last.pt`` holds it."""
+    """The run stopped before its last step, by signal ``signum`` or, when that is None, as
+    ``stop_after`` asked; ``last.pt`` holds it."""
 
-    def __init__(self, run_dir: Path, step: int) -> None:
+    def __init__(self, run_dir: Path, step: int, signum: int | None = None) -> None:
+        why = "as asked" if signum is None else f"by {signal.Signals(signum).name}"
         super().__init__(
-            f"stopped at step {step}; continue with: kattn train --out {run_dir} --resume"
+            f"stopped at step {step} {why}; continue with: kattn train --out {run_dir} --resume"
         )
-        self.run_dir, self.step = run_dir, step
+        self.run_dir, self.step, self.signum = run_dir, step, signum
 
 
 def train(
@@ -85,7 +87,10 @@ def train(
     Raises:
         Interrupted: SIGINT/SIGTERM or ``stop_after``; ``last.pt`` holds the last finished step.
         FileExistsError: ``run_dir`` holds a run and ``resume`` is not set.
+        ValueError: ``stop_after`` is not a positive step after the one resumed from.
     """
+    if stop_after is not None and (isinstance(stop_after, bool) or stop_after < 1):
+        raise ValueError(f"stop_after must be a positive step, got {stop_after}")
     run = Path(run_dir)
     procs = processes_from_env()
     if resume:
@@ -156,6 +161,11 @@ class _Run:
         loop, main = self.config.train, self.procs.is_main
         if resume:
             self._restore()
+            if stop_after is not None and stop_after <= self.state.step:
+                raise ValueError(
+                    f"--stop-after ({stop_after}) is not after step {self.state.step}, where "
+                    f"{self.run / LAST} resumes the run"
+                )
         elif main:
             save_json(self.run / CONFIG, self.config.to_dict())
             (self.run / METRICS).unlink(missing_ok=True)
@@ -168,6 +178,11 @@ class _Run:
             progress=progress,
             tensorboard=True,
         )
+        resumed_at = self.state.step if resume else None
+        log.write(
+            run_header(self.config, self.objective, self.model, self.device, self.procs,
+                       resumed_at=resumed_at)
+        )  # fmt: skip
         segment = time.perf_counter()
         previous = self._catch_signals()
         try:
@@ -183,9 +198,9 @@ class _Run:
                     self._validate(log)
                     self._checkpoint(segment)
                     segment = time.perf_counter()
-                if self._signal is not None or step == stop_after:
+                if self._signal is not None or (step == stop_after and step < loop.steps):
                     self._checkpoint(segment)
-                    raise Interrupted(self.run, step)
+                    raise Interrupted(self.run, step, self._signal)
             return self._finish(log)
         finally:
             self._restore_signals(previous)
@@ -336,35 +351,14 @@ class _Run:
             load_model_state(self.model, self.run / BEST, self.device)
         test = self.evaluate("test")
         log.record("test", state.best_step or state.step, test)
-        results = self._results(test)
+        results = run_results(
+            self.config, self.objective, self.model, state, test, self.device, self.procs
+        )
         results["wall_time_s"] += time.perf_counter() - started
         if self.procs.is_main:
             save_json(self.run / RESULTS, results)
             log.write(f"{self.objective.summary(results)}; {self.run / RESULTS}")
         return results
-
-    def _results(self, test: dict[str, float]) -> dict[str, Any]:
-        state, objective = self.state, self.objective
-        peak, kind = peak_memory(self.device)
-        return {
-            "task": objective.task,
-            "mechanism": self.config.attention.name,
-            "attention_options": self.config.attention.options,
-            "steps": state.step,
-            **objective.results(test, state.best_valid),
-            "best_step": state.best_step,
-            "stopped_early": state.stopped_early,
-            "wall_time_s": state.wall_time_s,
-            "train_time_s": state.train_time_s,
-            **objective.rates(state.step, state.train_time_s, self.config.train.batch_size),
-            "peak_memory_bytes": int(peak),
-            "peak_memory_kind": kind,
-            "num_parameters": sum(p.numel() for p in self.model.parameters()),
-            "device": str(self.device),
-            "world_size": self.procs.world_size,
-            "versions": {"kattn": __version__, "torch": torch.__version__},
-            "config": self.config.to_dict(),
-        }
 
 
 def evaluate_run(
