@@ -1,4 +1,5 @@
-"""The small encoder of kattn.nn and the instability score (seed 003 Appendix F)."""
+"""The small encoder of kattn.nn and the instability score (Chen et al. 2021, Skyformer,
+Appendix F)."""
 
 import math
 

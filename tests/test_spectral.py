@@ -1,4 +1,4 @@
-"""The spectral-norm approximation study (seed 003 §4.5, Fig. 1)."""
+"""The spectral-norm approximation study (Chen et al. 2021, Skyformer, §4.5, Fig. 1)."""
 
 import pytest
 import torch
