@@ -15,9 +15,11 @@ def batch_inputs(b=4, length=40, seed=0):
     return q, k, v
 
 
+@pytest.mark.parametrize("init", ["identity", "per_matrix"])  # "global": one scale per batch
 @pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "mask"])
-def test_eval_output_of_an_example_does_not_depend_on_its_batch(padded):
-    attn = kattn.build("skyformer", head_dim=16, num_heads=2, num_landmarks=16).eval()
+def test_eval_output_of_an_example_does_not_depend_on_its_batch(padded, init):
+    options = {"num_landmarks": 16, "pinv_init": init}
+    attn = kattn.build("skyformer", head_dim=16, num_heads=2, **options).eval()
     q, k, v = batch_inputs()
     mask = padding_mask(4, 40, (0, 5, 11, 2)) if padded else None
     alone = []

@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..functional.nystrom import (
-    PINV_INITS,
-    nystromformer_attention,
-    nystromformer_attention_reference,
-)
+from ..functional.nystrom import nystromformer_attention, nystromformer_attention_reference
 from ..functional.softmax import softmax_attention, softmax_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
+
+#: the pseudo-inverse starts that converge for Nyströmformer's middle kernel (a softmax matrix,
+#: not close to I: from Z₀ = I the iteration diverges on it)
+PINV_INITS = ("per_matrix", "global")
 
 
 class NystromformerAttention(Attention):
@@ -28,7 +28,8 @@ class NystromformerAttention(Attention):
     Args:
         num_landmarks: m (128 in the Skyformer paper's LRA comparison).
         pinv_iterations: hyper-power iterations (6); pinv_init: ``"per_matrix"`` or the
-            released ``"global"``.
+            released ``"global"`` (Skyformer's ``"identity"`` needs ``‖I − M‖ < 1``, which
+            a softmax kernel does not meet).
         conv_kernel_size: optional depthwise convolution of the values along the sequence,
             added to the output (35 in the Nyströmformer LRA runs; None = off).
     """
@@ -51,7 +52,11 @@ class NystromformerAttention(Attention):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{arg} must be a positive int, got {value!r}")
         if pinv_init not in PINV_INITS:
-            raise ValueError(f"pinv_init must be one of {PINV_INITS}, got {pinv_init!r}")
+            raise ValueError(
+                f"pinv_init must be one of {PINV_INITS}, got {pinv_init!r} (the identity start "
+                "converges only when ‖I − M‖ < 1, which Nyströmformer's softmax kernel does not "
+                "meet)"
+            )
         if conv_kernel_size is not None and (
             isinstance(conv_kernel_size, bool)
             or not isinstance(conv_kernel_size, int)

@@ -50,8 +50,10 @@ class SkyformerAttention(Attention):
         gamma: the ridge γ (paper and code: 0.1).
         pinv_iterations: hyper-power iterations of the pseudo-inverse (6); None inverts
             exactly.
-        pinv_init: ``"per_matrix"`` (convergent for every matrix) or ``"global"`` (the
-            released code's single scale over the batch).
+        pinv_init: the iteration's start Z₀ (:func:`kattn.functional.iterative_pinv`):
+            ``"identity"`` (Z₀ = I, the paper's §4.4), ``"per_matrix"`` (Mᵀ scaled per
+            matrix) or ``"global"`` (the released code's single scale over the batch,
+            which makes an example's output depend on its batch).
     """
 
     supports_causal = False

@@ -48,7 +48,9 @@ def skyformer_attention(
         landmark_mask: ``(B, S)`` bool, False for landmarks to ignore (padding), or None.
         key_padding_mask: ``(B, Lk)`` bool, True marks keys that must not count.
         gamma: the ridge γ added to ``C̄_{S,S}``.
-        iterations, init: of :func:`iterative_pinv`; ``iterations=None`` inverts exactly.
+        iterations, init: of :func:`iterative_pinv`; ``iterations=None`` inverts exactly. The
+            identity start (§4.4) converges here: the preconditioned core has
+            ``‖I − M‖ < 1`` (Lemma 3).
 
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
@@ -177,7 +179,8 @@ def nystromformer_attention(
         q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
         num_landmarks: m (capped at the lengths).
         key_padding_mask: ``(B, Lk)`` bool, True marks padding.
-        iterations, init: of :func:`iterative_pinv`.
+        iterations, init: of :func:`iterative_pinv` (not ``"identity"``, which diverges on a
+            softmax kernel: it is not close to I).
 
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.

@@ -2,9 +2,14 @@
 
 :func:`iterative_pinv` is the third-order hyper-power (Newton–Schulz type) iteration of
 Razavi et al. used by Nyströmformer and Skyformer:
-``Z ← ¼ Z (13I − MZ (15I − MZ (7I − MZ)))`` from ``Z₀ = Mᵀ / (‖M‖₁ ‖M‖_∞)``, which converges
-to ``M⁺`` for any M because ``‖I − M Z₀‖ < 1`` on the range of M. :func:`iterative_pinv_solve`
-applies the same iterate to a right-hand side for less work.
+``Z ← ¼ Z (13I − MZ (15I − MZ (7I − MZ)))``. From ``Z₀ = Mᵀ / (‖M‖₁ ‖M‖_∞)`` it converges to
+``M⁺`` for any M, because ``‖I − M Z₀‖ < 1`` on the range of M. From ``Z₀ = I`` it converges
+to ``M⁻¹`` when ``‖I − M‖₂ < 1``: the condition Skyformer states for its preconditioned
+matrix (Chen et al., NeurIPS 2021, §4.4, Lemma 3, after Razavi et al., Theorem 2). Each step
+maps the residual ``R = I − MZ`` to ``R³(3I + R)/4``, so the start that leaves the smaller
+residual converges faster: ``1 − λ`` from the identity against ``1 − λ²/s`` from ``Mᵀ/s``
+for a symmetric M with eigenvalue λ in (0, 1]. :func:`iterative_pinv_solve` applies the same
+iterate to a right-hand side for less work.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from torch import Tensor
 from .numerics import autocast_off, without_autocast
 
 #: ``init`` options of :func:`iterative_pinv`.
-PINV_INITS = ("per_matrix", "global")
+PINV_INITS = ("per_matrix", "global", "identity")
 
 
 @without_autocast
@@ -30,7 +35,11 @@ def iterative_pinv(m: Tensor, iterations: int = 6, *, init: str = "per_matrix") 
         init: ``"per_matrix"`` scales ``Z₀ = Mᵀ / (‖M‖₁‖M‖_∞)`` per matrix (convergent for
             every matrix); ``"global"`` uses the released code's single maximum column sum over
             the whole batch, ``Z₀ = Mᵀ / max colsum`` (for comparing with published numbers;
-            it can diverge for matrices far from the largest one).
+            it can diverge for matrices far from the largest one, and makes each result
+            depend on the other matrices of the batch); ``"identity"`` starts from
+            ``Z₀ = I`` (Skyformer §4.4), which converges to ``M⁻¹`` only when
+            ``‖I − M‖₂ < 1`` (not to a pseudo-inverse of a singular M: its null space grows
+            by 3.25 a step).
 
     Returns:
         ``(..., n, n)`` in the accumulation dtype of ``m``.
@@ -53,9 +62,10 @@ def iterative_pinv_solve(
     """``iterative_pinv(m, iterations, init=init) @ rhs`` without forming the pseudo-inverse.
 
     With ``X₀ = M Z₀`` the iterates are ``Z_{k+1} = Z_k p(X_k)`` and ``X_{k+1} = X_k p(X_k)``,
-    so ``Z_n = Z₀ p(X₀) p(X₁) ⋯ p(X_{n−1})``; every ``p(X_k)`` is a polynomial in the
-    symmetric ``X₀ = M Mᵀ/s``, so they commute and are applied to ``rhs`` as they come: three
-    ``(n, n)`` products a step instead of four, and ``(n, n) × (n, c)`` ones for the rest.
+    so ``Z_n = Z₀ p(X₀) p(X₁) ⋯ p(X_{n−1})``; every ``p(X_k)`` is a polynomial in
+    ``X₀`` (``M Mᵀ/s``, or M itself from the identity), so they commute and are applied to
+    ``rhs`` as they come: three ``(n, n)`` products a step instead of four, and
+    ``(n, n) × (n, c)`` ones for the rest (from the identity, no product with Z₀ at all).
     Equal to :func:`iterative_pinv` then a product, up to rounding (the same polynomial).
     Once differentiable: the backward pass through the steps is written out, each gradient
     accumulated inside a product.
@@ -70,15 +80,16 @@ def iterative_pinv_solve(
     if rhs.dim() < 2 or rhs.shape[-2] != m.shape[-1]:
         raise ValueError(f"rhs must be (..., {m.shape[-1]}, c), got {tuple(rhs.shape)}")
     m = m.to(torch.promote_types(m.dtype, torch.float32))
-    z0 = _initial_inverse(m, init)
     batch = torch.broadcast_shapes(m.shape[:-2], rhs.shape[:-2])
     n, c = m.shape[-1], rhs.shape[-1]
-    m = m.expand(*batch, n, n).reshape(-1, n, n)
-    z0 = z0.expand(*batch, n, n).reshape(-1, n, n)
     u = rhs.to(m.dtype).expand(*batch, n, c).reshape(-1, n, c)
+    z0 = None
+    if init != "identity":  # Z₀ = I: X₀ = M and Z₀ u = u
+        z0 = _initial_inverse(m, init).expand(*batch, n, n).reshape(-1, n, n)
+    m = m.expand(*batch, n, n).reshape(-1, n, n)
     if iterations > 0:
-        u = _SolveSteps.apply(torch.bmm(m, z0), u, iterations)[0]
-    return torch.bmm(z0, u).reshape(*batch, n, c)
+        u = _SolveSteps.apply(m if z0 is None else torch.bmm(m, z0), u, iterations)[0]
+    return (u if z0 is None else torch.bmm(z0, u)).reshape(*batch, n, c)
 
 
 def _check_pinv_args(m: Tensor, iterations: int, init: str) -> None:
@@ -92,7 +103,10 @@ def _check_pinv_args(m: Tensor, iterations: int, init: str) -> None:
 
 def _initial_inverse(m: Tensor, init: str) -> Tensor:
     """``Z₀ = Mᵀ/s``: s = ‖M‖₁‖M‖_∞ per matrix, or the largest column sum of the batch
-    (``"global"``); pinv(0) = 0 with a finite gradient (no division by a zero scale)."""
+    (``"global"``); pinv(0) = 0 with a finite gradient (no division by a zero scale). Or
+    ``Z₀ = I`` (``"identity"``)."""
+    if init == "identity":
+        return torch.eye(m.shape[-1], device=m.device, dtype=m.dtype).expand(m.shape)
     if init == "global":
         scale = m.sum(dim=-2).amax()
     else:
