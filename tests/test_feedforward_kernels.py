@@ -1,4 +1,4 @@
-"""Feed-forward kernels (Yorsh 2022, seed 002 §4.1): formulas against hand-written references,
+"""Feed-forward kernels (Yorsh 2022, §4.1): formulas against hand-written references,
 gradients, positivity, recurrent steps, per-head weights, options; the regularisers are in
 ``test_feedforward_regularisers.py``."""
 
@@ -75,7 +75,7 @@ def test_defaults_follow_the_thesis():
         assert not fm.approximates_softmax and fm.positive
     attn = kattn.build("kernelized", feature_map="ffk_linear", head_dim=D, num_heads=H)
     assert attn.scale == 1.0
-    # AOGLU: r = d/4, a quarter fewer parameters than GLU (seed 002 §4.3.2.1)
+    # AOGLU: r = d/4, a quarter fewer parameters than GLU (Yorsh 2022, §4.3.2.1)
     glu, aoglu = build_map("ffk_glu"), build_map("ffk_aoglu")
     assert aoglu.gate_rank == D // 4 and aoglu.layers[0].gate_up.shape == (H, D // 4, D)
     size = sum(p.numel() for p in glu.parameters())

@@ -1,4 +1,4 @@
-"""Feed-forward kernels' regularisers (Yorsh 2022, seed 002 §4.1): the orthogonality
+"""Feed-forward kernels' regularisers (Yorsh 2022, §4.1): the orthogonality
 regulariser and the (variational) autoencoder losses."""
 
 import pytest
