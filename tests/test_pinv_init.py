@@ -84,6 +84,19 @@ def test_identity_start_converges_on_skyformer_cores():
         assert relative_error(iterative_pinv(core, 40, init=init), exact) < 1e-8
 
 
+def test_identity_start_is_the_skyformer_default_and_closer_to_the_exact_inverse():
+    assert kattn.build("skyformer", head_dim=64, num_heads=2).pinv_init == "identity"
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 64, generator=g, dtype=torch.float64) for _ in range(3))
+    q, k = q * BERT_INIT_STD, k * BERT_INIT_STD
+    out = {}
+    for init in ("identity", "per_matrix", None):
+        options = {"pinv_iterations": None} if init is None else {"pinv_init": init}
+        out[init] = kattn.build("skyformer", head_dim=64, num_heads=2, **options).eval()(q, k, v)
+    assert relative_error(out["identity"], out[None]) < 1e-8
+    assert relative_error(out["per_matrix"], out[None]) > 1e-3
+
+
 def test_pinv_init_options_are_validated():
     with pytest.raises(ValueError, match="pinv_init"):
         kattn.build("skyformer", head_dim=16, num_heads=2, pinv_init="eye")

@@ -33,7 +33,7 @@ def skyformer_attention(
     key_padding_mask: Tensor | None = None,
     gamma: float = 0.1,
     iterations: int | None = 6,
-    init: str = "per_matrix",
+    init: str = "identity",
 ) -> Tensor:
     """Skyformer (Chen et al. 2021 §4.2): ``C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V`` in O(L·S).
 
