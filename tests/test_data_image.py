@@ -168,3 +168,27 @@ def test_items_come_out_as_int64_whatever_the_storage() -> None:
     assert item["tokens"].dtype == torch.int64 and item["tokens"].tolist() == [5, 300, 0, 0]
     mask = SequenceDataset.padding_mask(tokens, lengths, pad_id_mask=False)
     assert mask.tolist() == [[False, False, True, True], [False, True, True, True]]
+
+
+def write_batch(path: Path, n: int) -> None:
+    batch = {b"labels": [k % 10 for k in range(n)], b"data": np.zeros((n, 3072), dtype=np.uint8)}
+    with path.open("wb") as file:
+        pickle.dump(batch, file)
+
+
+def test_image_empty_splits_are_refused_naming_split_and_file(tmp_path: Path) -> None:
+    folder = write_cifar(tmp_path)
+    write_batch(folder / "test_batch", 0)
+    with pytest.raises(DataFormatError, match=r"test split is empty") as err:
+        load_image(folder)
+    assert str(folder / "test_batch") in str(err.value)
+    write_batch(folder / "test_batch", 3)
+    for name in ("data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5"):
+        write_batch(folder / name, 0)
+    # 4 train images: the last 10 % rounds to none
+    with pytest.raises(DataFormatError, match=r"valid split is empty: .*of 4 train images") as err:
+        load_image(folder)
+    assert "data_batch_1" in str(err.value)
+    write_batch(folder / "data_batch_1", 0)
+    with pytest.raises(DataFormatError, match=r"train split is empty") as err:
+        load_image(folder)

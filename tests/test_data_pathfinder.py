@@ -221,3 +221,11 @@ def test_missing_pillow_says_what_to_install(
     monkeypatch.setitem(sys.modules, "PIL", None)
     with pytest.raises(ImportError, match=r'pip install "kattn\[data\]"'):
         generate_pathfinder(tmp_path, count=1)
+
+
+def test_a_split_left_empty_by_too_few_images_is_refused(tmp_path: Path) -> None:
+    root = generate_pathfinder(tmp_path, count=3, batch_size=3, seed=0)
+    with pytest.raises(DataFormatError, match=r"test split is empty: .*3 readable images") as err:
+        load_pathfinder(tmp_path)
+    assert str(root / "metadata") in str(err.value)
+    assert len(load_pathfinder(tmp_path, split=(1.0, 0.0, 0.0)).train) == 3  # asked for

@@ -88,9 +88,9 @@ def load_image(data_dir: str | PathLike[str], *, valid_fraction: float = 0.1) ->
         ``pad_id_mask=True`` masks), lengths all 1024, vocabulary 256, 10 classes.
 
     Raises:
-        DataFormatError: the folder or a batch file is missing, or a batch is not a dict with
-            ``b"data"`` ``(N, 3072)`` uint8 and ``N`` ``b"labels"`` in 0–9 (the message names
-            the file).
+        DataFormatError: the folder or a batch file is missing, a batch is not a dict with
+            ``b"data"`` ``(N, 3072)`` uint8 and ``N`` ``b"labels"`` in 0–9, or a split would
+            be empty (the message names the split and the file).
         ValueError: ``valid_fraction`` is not in (0, 1).
     """
     if isinstance(valid_fraction, bool) or not 0 < valid_fraction < 1:
@@ -100,6 +100,7 @@ def load_image(data_dir: str | PathLike[str], *, valid_fraction: float = 0.1) ->
     test_pixels, test_labels = _read_batches([folder / TEST_FILE])
     n = len(train_labels)
     cut = round(n * (1 - valid_fraction))  # TFDS rounds percent boundaries to the closest
+    _check_not_empty(folder, n, cut, len(test_labels), valid_fraction)
     return TaskData(
         task="image",
         train=pixel_dataset(train_pixels[:cut], train_labels[:cut]),
@@ -115,6 +116,19 @@ def load_image(data_dir: str | PathLike[str], *, valid_fraction: float = 0.1) ->
             "valid": f"the last {n - cut} of {n} train images (train[{cut}:])",
         },
     )
+
+
+def _check_not_empty(folder: Path, n: int, cut: int, n_test: int, valid_fraction: float) -> None:
+    batches = f"{folder / TRAIN_FILES[0]} to {TRAIN_FILES[-1]}"
+    if n == 0:
+        raise DataFormatError(f"the train split is empty: {batches} hold no images")
+    if cut == n:
+        raise DataFormatError(
+            f"the valid split is empty: the last {valid_fraction:.0%} of {n} train images "
+            f"({batches}) rounds to none; expected the 50,000 images of CIFAR-10"
+        )
+    if n_test == 0:
+        raise DataFormatError(f"the test split is empty: {folder / TEST_FILE} holds no images")
 
 
 def _find_folder(data_dir: Path) -> Path:

@@ -79,7 +79,8 @@ def load_pathfinder(
 
     Raises:
         DataFormatError: the level folder, its metadata, or an image a metadata line names is
-            missing; a metadata line is malformed; an image is not S×S like the first one.
+            missing; a metadata line is malformed; an image is not S×S like the first one; a
+            split with a positive share would get no image.
         ValueError: ``split`` is not three non-negative fractions summing to 1.
         ImportError: Pillow is not installed.
     """
@@ -122,6 +123,15 @@ def load_pathfinder(
         raise DataFormatError(f"{root}: the metadata lists no readable image")
     tokens, targets, n = np.stack(pixels), np.asarray(labels, dtype=np.int64), len(labels)
     cuts = [0, round(n * split[0]), round(n * (split[0] + split[1])), n]
+    for name, share, start, end in zip(
+        ("train", "valid", "test"), split, cuts[:-1], cuts[1:], strict=True
+    ):
+        if share > 0 and start == end:
+            raise DataFormatError(
+                f"the {name} split is empty: {root / 'metadata'} lists {n} readable images, "
+                f"and its {share:.0%} of them rounds to none; give more images (or a split "
+                f"without it)"
+            )
     parts = [pixel_dataset(tokens[a:b], targets[a:b]) for a, b in itertools.pairwise(cuts)]
     return TaskData(
         task="pathfinder",

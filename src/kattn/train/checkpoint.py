@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -69,9 +70,28 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
 
 
 def save_json(path: Path, value: Any) -> None:
-    """``value`` as indented JSON at ``path``, atomically."""
-    text = json.dumps(value, indent=2, sort_keys=True, default=str) + "\n"
+    """``value`` as indented JSON at ``path`` (see :func:`json_text`), atomically."""
+    text = json_text(value, indent=2, sort_keys=True) + "\n"
     atomic_write(path, lambda file: file.write(text.encode()))
+
+
+def json_text(value: Any, **options: Any) -> str:
+    """``value`` as strict JSON: NaN and ±infinity (a diverged loss, the perplexity of a huge
+    one) are written as null, which every JSON parser reads; objects JSON does not know are
+    written as their ``str``."""
+    return json.dumps(finite(value), allow_nan=False, default=str, **options)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float, in any nesting of dicts, lists and tuples, made
+    None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(item) for item in value]
+    return value
 
 
 def load_checkpoint(

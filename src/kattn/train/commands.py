@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import save_json
+from .checkpoint import json_text, save_json
 from .config import (
     PRESETS,
     TASKS,
@@ -198,7 +197,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError(str(err)) from None
     if main:
         keys = _SUMMARY["lm" if results["task"] == "lm" else "classification"]
-        print(json.dumps({k: results[k] for k in keys}, indent=2))
+        print(json_text({k: results[k] for k in keys}, indent=2))
     return 0
 
 
@@ -209,5 +208,5 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ValueError(f"{run} is not a run folder (no config.json)")
     result = evaluate_run(run, args.split, checkpoint=args.checkpoint, device=args.device)
     save_json(run / f"eval-{args.split}-{args.checkpoint}.json", result)
-    print(json.dumps(result, indent=2))
+    print(json_text(result, indent=2))
     return 0

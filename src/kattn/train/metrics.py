@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from .checkpoint import json_text
+
 METRICS = "metrics.jsonl"
 
 
@@ -104,7 +106,7 @@ class MetricsLog:
             return
         row = {"step": step, "split": split, **values}
         with self.path.open("a") as file:
-            file.write(json.dumps(row) + "\n")
+            file.write(json_text(row) + "\n")
         if self.writer is not None:
             for key, value in values.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -104,6 +104,13 @@ class Classification(Objective):
 
     def __init__(self, data: TaskData, *, pad_id_mask: bool) -> None:
         self.data, self.pad_id_mask, self.task = data, pad_id_mask, data.task
+        for split in SPLITS:
+            if not len(getattr(data, split)):
+                raise ValueError(
+                    f"the {split} split of task {data.task} has no examples (data from "
+                    f"{data.info.get('source', 'memory')}): a run trains, validates and tests "
+                    f"on examples of each split"
+                )
 
     def size(self, split: str) -> int:
         return len(getattr(self.data, split))
