@@ -90,8 +90,8 @@ def test_pathfinder_writes_released_layout(
         "imgs/0/sample_3.png", "imgs/1/sample_0.png", "imgs/1/sample_1.png",
     ]  # fmt: skip
     assert sorted(p.name for p in (level / "metadata").glob("*.npy")) == ["0.npy", "1.npy"]
-    data = load_pathfinder(tmp_path, level="curv_baseline")
-    assert len(data.train) + len(data.valid) + len(data.test) == 6
+    data = load_pathfinder(tmp_path, level="curv_baseline", split=(1.0, 0.0, 0.0))
+    assert len(data.train) == 6  # (80/10/10 of 6 images would leave valid empty: refused)
     assert f"wrote {level}: 6 images" in capsys.readouterr().out
 
 
