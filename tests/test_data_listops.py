@@ -289,3 +289,28 @@ def test_bad_options_raise(fixture_dir, small, tmp_path):
         write_listops(tmp_path, {"train": small["train"], "val": [], "test": []})
     with pytest.raises(ValueError, match="0-9"):
         write_listops(tmp_path, {"train": [(MAX_29, 10)], "valid": [], "test": []})
+
+
+@pytest.mark.parametrize(
+    "bom, tail",
+    [("\ufeff", ""), ("", "\r\n"), ("", "\n\n"), ("\ufeff", "\r\n  \r\n")],
+    ids=["bom", "blank-line-crlf", "blank-lines-lf", "bom-and-blank-lines"],
+)
+def test_a_bom_and_trailing_blank_lines_are_read(fixture_dir, bom, tail):
+    """What an editor or a spreadsheet export may leave in the released TSV files: a UTF-8
+    byte-order mark before the header, empty lines after the last row."""
+    reference = load_listops(fixture_dir)
+    for name in LISTOPS_FILES.values():
+        path = fixture_dir / name
+        path.write_bytes(bom.encode() + path.read_bytes() + tail.encode())
+    data = load_listops(fixture_dir)
+    for split in ("train", "valid", "test"):
+        assert torch.equal(getattr(data, split).tokens, getattr(reference, split).tokens)
+        assert torch.equal(getattr(data, split).labels, getattr(reference, split).labels)
+    assert data.info["examples"] == {"train": 2, "valid": 1, "test": 1}
+
+
+def test_an_empty_line_between_rows_is_an_error(fixture_dir):
+    write_lines(fixture_dir, "basic_train.tsv", ["Source\tTarget", f"{MAX_29}\t9", "", "7\t7"])
+    with pytest.raises(DataFormatError, match=r"basic_train\.tsv, line 3: an empty line between"):
+        load_listops(fixture_dir)

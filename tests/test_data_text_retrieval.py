@@ -276,3 +276,15 @@ def test_retrieval_empty_file(tmp_path: Path) -> None:
     (folder / "new_aan_pairs.eval.tsv").write_bytes(b"")
     with pytest.raises(DataFormatError, match=r"new_aan_pairs\.eval\.tsv is empty"):
         load_retrieval(folder)
+
+
+def test_retrieval_reads_a_bom_and_trailing_blank_lines(tmp_path: Path) -> None:
+    reference = load_retrieval(write_aan(tmp_path / "plain"), max_len=16)
+    folder = write_aan(tmp_path / "edited")
+    for path in folder.iterdir():
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes() + b"\r\n\n")
+    again = load_retrieval(folder, max_len=16)
+    for split in ("train", "valid", "test"):
+        for key in ("tokens", "tokens2", "labels"):
+            assert torch.equal(getattr(getattr(again, split), key),
+                               getattr(getattr(reference, split), key))  # fmt: skip

@@ -148,10 +148,14 @@ def load_listops(
         split the number of examples, of sequences cut to ``max_len`` (``"truncated"``) and
         of out-of-vocabulary tokens (``"oov_tokens"``, also warned about).
 
+    A UTF-8 byte-order mark before the header and empty lines at the end of a file are read
+    (an editor or a spreadsheet export may add them).
+
     Raises:
         DataFormatError: a file is missing (the message says which and where), or a line is
             malformed: header not ``Source<TAB>Target``, not 2 tab-separated columns, a label
-            not an int in 0–9, or a source without tokens (the message names file and line).
+            not an int in 0–9, a source without tokens, or an empty line between rows (the
+            message names file and line).
         ValueError: ``tokenization`` or ``max_len`` is not valid.
     """
     tokenize, vocab, description = _tokenisation(tokenization)
@@ -234,6 +238,7 @@ def _read_tsv(path: Path) -> tuple[list[str], list[int]]:
     """The sources and labels of one file, checked line by line."""
     sources: list[str] = []
     labels: list[int] = []
+    blank = 0  # the first of the empty lines since the last row
     with path.open("rb") as file:
         for lineno, raw in enumerate(file, start=1):
             try:
@@ -241,12 +246,21 @@ def _read_tsv(path: Path) -> tuple[list[str], list[int]]:
             except UnicodeDecodeError as err:
                 raise DataFormatError(f"{path}, line {lineno}: not UTF-8 text ({err})") from None
             if lineno == 1:
+                line = line.removeprefix("\ufeff")  # a byte-order mark an editor may add
                 if line != _HEADER:
                     raise DataFormatError(
                         f"{path}, line 1: header {line[:50]!r}, expected {_HEADER!r} "
                         f"(Source, a tab, Target)"
                     )
                 continue
+            if not line.strip():  # empty lines at the end (a newline too many) hold nothing
+                blank = blank or lineno
+                continue
+            if blank:
+                raise DataFormatError(
+                    f"{path}, line {blank}: an empty line between rows, expected "
+                    f"'source<TAB>label' (empty lines are read only at the end of the file)"
+                )
             fields = line.split("\t")
             if len(fields) != 2:
                 raise DataFormatError(

@@ -108,11 +108,22 @@ def _read_tsv(path: Path, max_len: int) -> tuple[list[bytes], list[bytes], list[
     docs1: list[bytes] = []
     docs2: list[bytes] = []
     labels: list[int] = []
-    cut = 0
+    cut = blank = 0
     # binary, split on "\n" only: no quote handling, and a "\r" inside a text stays a byte
     with path.open("rb") as file:
-        for lineno, line in enumerate(file, start=1):
-            fields = line.removesuffix(b"\n").removesuffix(b"\r").split(b"\t")
+        for lineno, raw in enumerate(file, start=1):
+            line = raw.removesuffix(b"\n").removesuffix(b"\r")
+            if lineno == 1:
+                line = line.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
+            if not line:  # empty lines at the end (a newline too many) hold no pair
+                blank = blank or lineno
+                continue
+            if blank:
+                raise DataFormatError(
+                    f"{path}, line {blank}: 1 tab-separated columns, expected 5 ({_COLUMNS}); "
+                    f"empty lines are read only at the end of the file"
+                )
+            fields = line.split(b"\t")
             if len(fields) != 5:
                 raise DataFormatError(
                     f"{path}, line {lineno}: {len(fields)} tab-separated columns, expected 5 "
