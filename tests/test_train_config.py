@@ -2,12 +2,14 @@
 
 import itertools
 import json
+import warnings
 
 import pytest
+import torch
 
 from kattn.train import RunConfig, apply_overrides, preset
 from kattn.train.config import load_config
-from kattn.train.schedules import schedule_factor
+from kattn.train.schedules import build_optimizer, schedule_factor
 from kattn.train.validation import validate
 
 
@@ -133,14 +135,28 @@ def test_a_config_file_that_is_not_json_or_of_wrong_types_names_the_file(tmp_pat
     assert load_config(broken) == config
 
 
-@pytest.mark.parametrize("warmup", [6, 7, 1000])
-def test_a_one_cycle_warm_up_not_shorter_than_the_run_is_refused(warmup):
-    config = apply_overrides(RunConfig(), ["train.steps=6", f"optim.warmup_steps={warmup}"])
+@pytest.mark.parametrize("warmup", [10, 11, 1000])
+def test_a_one_cycle_warm_up_not_shorter_than_the_run_is_shortened(warmup):
+    """One-cycle then warms up for 30% of the run (3 of 10 steps), says so, and anneals to
+    its floor without a negative rate."""
+    config = apply_overrides(RunConfig(), ["train.steps=10", f"optim.warmup_steps={warmup}"])
     assert config.optim.schedule == "onecycle"
-    with pytest.raises(ValueError, match=rf"optim\.warmup_steps \({warmup}\) must be shorter"):
+    with pytest.warns(UserWarning, match=rf"\({warmup}\) is not shorter .* for 3 steps"):
         validate(config)
-    for fine in (0, 5):
-        validate(apply_overrides(RunConfig(), ["train.steps=6", f"optim.warmup_steps={fine}"]))
+    optimizer, scheduler = build_optimizer(torch.nn.Linear(2, 2), config.optim, 10)
+    rates = []
+    for _ in range(10):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    peak = rates.index(max(rates))
+    assert 2 <= peak <= 3 and all(r > 0 for r in rates)
+    assert all(a < b for a, b in itertools.pairwise(rates[: peak + 1]))
+    assert all(a > b for a, b in itertools.pairwise(rates[peak:]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for fine in (0, 9):
+            validate(apply_overrides(RunConfig(), ["train.steps=10", f"optim.warmup_steps={fine}"]))
 
 
 @pytest.mark.parametrize("schedule", ["rsqrt", "cosine", "constant"])

@@ -28,6 +28,19 @@ def schedule_factor(name: str, step: int, warmup: int, total: int) -> float:
     raise ValueError(f"unknown schedule {name!r}")
 
 
+#: one-cycle's share of the run spent warming up when the configured warm-up leaves no time to
+#: anneal (PyTorch's ``OneCycleLR`` default)
+ONE_CYCLE_FALLBACK_SHARE = 0.3
+
+
+def one_cycle_warmup(warmup: int, total: int) -> int:
+    """The warm-up steps one-cycle uses: ``warmup`` when it ends before the run does, else
+    :data:`ONE_CYCLE_FALLBACK_SHARE` of the run (validation warns about the change)."""
+    if warmup < total:
+        return warmup
+    return max(1, round(ONE_CYCLE_FALLBACK_SHARE * total))
+
+
 class _OneCycle(OneCycleLR):
     """PyTorch's ``OneCycleLR`` holding its final rate once the cycle is done.
 
@@ -59,7 +72,10 @@ def build_optimizer(
             optimizer,
             max_lr=optim.lr,
             total_steps=total_steps,
-            pct_start=min(max(optim.warmup_steps, 2), total_steps - 1) / total_steps,
+            pct_start=min(
+                max(one_cycle_warmup(optim.warmup_steps, total_steps), 2), total_steps - 1
+            )
+            / total_steps,
             anneal_strategy="linear",
         )
     else:

@@ -11,6 +11,7 @@ from typing import Any
 from ..registry import MECHANISMS
 from .config import AMP_DTYPES, SCHEDULES, TASKS, RunConfig
 from .distributed import check_device
+from .schedules import ONE_CYCLE_FALLBACK_SHARE, one_cycle_warmup
 
 
 def validate(config: RunConfig) -> RunConfig:
@@ -106,15 +107,19 @@ def _check_ranges(config: RunConfig) -> None:
 
 
 def _check_warmup(config: RunConfig) -> None:
-    """One-cycle's warm-up is a fraction of the run, so it must end before the run does; the
-    other schedules warm up linearly whatever the length (LRA's Retrieval config warms up for
-    8000 steps of a 5000-step run), so a longer warm-up only never reaches the peak."""
+    """Warn when the warm-up does not end before the run. The linear warm-ups then never reach
+    their peak (LRA's Retrieval config warms up for 8000 steps of a 5000-step run); one-cycle's
+    warm-up is a fraction of the run and must leave time to anneal, so it is shortened to
+    :data:`~kattn.train.schedules.ONE_CYCLE_FALLBACK_SHARE` of the run (``kattn train --steps
+    50`` with a preset's 100-step warm-up still trains sensibly)."""
     warmup, steps, schedule = config.optim.warmup_steps, config.train.steps, config.optim.schedule
     if schedule == "onecycle" and warmup >= steps and steps >= 3:
-        raise ValueError(
-            f"optim.warmup_steps ({warmup}) must be shorter than train.steps ({steps}) with "
-            f"optim.schedule=onecycle: its warm-up is the fraction warmup_steps / steps of the "
-            f"run, and would leave no time to anneal; set optim.warmup_steps below {steps}"
+        warnings.warn(
+            f"optim.warmup_steps ({warmup}) is not shorter than train.steps ({steps}), and "
+            f"one-cycle must leave time to anneal: this run warms up for "
+            f"{one_cycle_warmup(warmup, steps)} steps ({ONE_CYCLE_FALLBACK_SHARE:.0%} of the "
+            f"run); set optim.warmup_steps below {steps} to choose",
+            stacklevel=3,
         )
     if schedule != "onecycle" and warmup > steps:
         warnings.warn(
