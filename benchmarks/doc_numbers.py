@@ -37,6 +37,7 @@ import argparse
 import csv
 import json
 import re
+import statistics
 import string
 import sys
 from collections.abc import Callable, Sequence
@@ -60,20 +61,25 @@ SPEED_RPE = f"{R}/speed-rpe/speed-forward-float32-{MACHINE}.json"
 MECHANISMS = f"{R}/mechanisms/mechanisms.json"
 NORM_SWEEP = f"{R}/norm-sweep/norm-sweep.csv"
 SPECTRAL = f"{R}/spectral/spectral.csv"
+STABILITY = f"{R}/stability/stability.json"
+PINV_INIT = f"{R}/pinv-init-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
 
 #: pages whose numbers are not tied to result files yet (each to move to PAGES, with its quotes)
-NOT_YET_CHECKED = ("docs/kernelized.md", "docs/nystrom.md", "docs/simpletron.md")
+NOT_YET_CHECKED: tuple[str, ...] = ()
 #: the pages checked: README.md and every page of docs/ but those above
 PAGES = (
     "README.md",
     "docs/api.md",
     "docs/choosing-a-mechanism.md",
     "docs/feedforward-kernels.md",
+    "docs/kernelized.md",
     "docs/language-modelling.md",
     "docs/learned-kernels.md",
+    "docs/nystrom.md",
     "docs/performance.md",
     "docs/reproducing-lra.md",
     "docs/rpe.md",
+    "docs/simpletron.md",
 )
 
 
@@ -655,6 +661,103 @@ def choosing_table(speed: dict, speed_rpe: dict, errors: dict) -> str:
     return "\n".join(lines)
 
 
+NYSTROM_NAMES = ("softmax", "softmax (materialised)", "skyformer", "nystromformer", "linformer",
+                 "performer")  # fmt: skip
+
+
+def _one_decimal(value: float) -> str:
+    """One decimal below 100, none (with a thousands separator) from 100 on."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def nystrom_speed(d: dict) -> str:
+    lines = [
+        "| L | softmax | materialised | skyformer | nystromformer | linformer | performer |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for length, seconds in d["seconds"].items():
+        cells = [f"{_one_decimal(1000 * seconds[n])} ms" for n in NYSTROM_NAMES]
+        lines.append(f"| {length} | " + " | ".join(cells) + " |")
+    peaks = d["peak_memory_bytes"]["4096"]
+    cells = [_one_decimal(mib(peaks[n])) for n in NYSTROM_NAMES]
+    lines.append("| peak MiB at 4096 | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+SPECTRAL_LABELS = {"skyformer": "skyformer vs gaussian",
+                   "nystromformer": "nystromformer vs softmax",
+                   "performer": "performer vs softmax",
+                   "linformer": "linformer vs softmax (untrained)"}  # fmt: skip
+
+
+def spectral_table(rows: list[dict], length: int = 1024) -> str:
+    mine = [r for r in rows if r["length"] == length]
+    features = sorted({r["features"] for r in mine})
+    error = {(r["mechanism"], r["features"]): r["rel_error"] for r in mine}
+    lines = ["| m | " + " | ".join(map(str, features)) + " |", "|---|" + "---|" * len(features)]
+    for name, label in SPECTRAL_LABELS.items():
+        lines.append(f"| {label} | " + " | ".join(_sig3(error[name, m]) for m in features) + " |")
+    return "\n".join(lines)
+
+
+#: the instability scores of Chen et al. 2021, Appendix F, Table 3, over the LRA tasks
+STABILITY_PAPER = {"nystromformer": "0.97–1.03", "gaussian": "0.62–0.83", "skyformer": "0.64–0.81"}
+
+
+def _per_seed(d: dict, name: str) -> list[float]:
+    """The mean ratio to softmax over the steps of each seed (as kattn.bench.stability)."""
+    seeds: dict[int, list[float]] = {}
+    for row in d["rows"]:
+        if row["mechanism"] == name:
+            seeds.setdefault(row["seed"], []).append(row["ratio"])
+    return [statistics.mean(seeds[s]) for s in sorted(seeds)]
+
+
+def stability_table(d: dict) -> str:
+    lines = ["| mechanism | τ ratio to softmax | paper (LRA tasks) |", "|---|---|---|"]
+    for name, paper in STABILITY_PAPER.items():
+        per_seed = _per_seed(d, name)
+        mean, spread = statistics.mean(per_seed), statistics.stdev(per_seed)
+        lines.append(f"| {name} | {mean:.3f} ± {spread:.3f} | {paper} |")
+    return "\n".join(lines)
+
+
+def _small(value: float) -> str:
+    """Three significant digits from 0.01 on, two below, an exponent at rounding level."""
+    if value < 1e-6:
+        return f"{value:.1e}"
+    return f"{value:#.3g}" if value >= 0.01 else f"{value:#.2g}"
+
+
+def pinv_approximation(d: dict) -> str:
+    lines = [
+        "| L | start | inverse | output vs `gaussian` | output vs exact inverse |",
+        "|---|---|---|---|---|",
+    ]
+    for r in d["approximation"]:
+        if r["init"] != "exact inverse":
+            lines.append(
+                f"| {r['length']} | {r['init']} | {_small(r['inverse'])} | "
+                f"{r['vs_gaussian']:.4f} | {_small(r['vs_exact_inverse'])} |"
+            )
+    return "\n".join(lines)
+
+
+def pinv_training(d: dict) -> str:
+    lines = [
+        "| start | non-finite steps | gradient norm, median / max | loss, last 20 steps "
+        "| held-out accuracy | τ / τ(softmax) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for init, s in d["training"]["summary"].items():
+        lines.append(
+            f"| {init} | {s['non_finite_steps']} | {s['median_grad_norm']:.2f} / "
+            f"{s['max_grad_norm']:.2f} | {s['final_loss']:.3f} | {s['accuracy']:.3f} | "
+            f"{s['tau_ratio_to_softmax']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
 BLOCKS: list[Block] = [
     Block("README.md", "foundation", (FOUNDATION,), readme_foundation),
     Block("docs/performance.md", "foundation-times", (FOUNDATION,),
@@ -673,6 +776,11 @@ BLOCKS: list[Block] = [
     Block("docs/language-modelling.md", "lm-train", (LM,), lm_train),
     Block("docs/choosing-a-mechanism.md", "mechanisms", (SPEED, SPEED_RPE, MECHANISMS),
           choosing_table),
+    Block("docs/nystrom.md", "nystrom-speed", (NYSTROM,), nystrom_speed),
+    Block("docs/nystrom.md", "spectral", (SPECTRAL,), spectral_table),
+    Block("docs/nystrom.md", "stability", (STABILITY,), stability_table),
+    Block("docs/nystrom.md", "pinv-init-approximation", (PINV_INIT,), pinv_approximation),
+    Block("docs/nystrom.md", "pinv-init-training", (PINV_INIT,), pinv_training),
 ]  # fmt: skip
 
 
@@ -774,6 +882,29 @@ def _blocked(d: dict, features: int, length: int, mode: str) -> float:
         r for r in d["rows"] if (r["features"], r["length"], r["mode"]) == (features, length, mode)
     )
     return row["fft_seconds"] / row["blocked_seconds"]
+
+
+def _doublings(rows: list[dict]) -> list[float]:
+    """Skyformer's spectral error at 2m over that at m, every length and m."""
+    sky = {(r["length"], r["features"]): r["rel_error"] for r in rows
+           if r["mechanism"] == "skyformer"}  # fmt: skip
+    return [e / sky[n, m // 2] for (n, m), e in sky.items() if (n, m // 2) in sky]
+
+
+def _pinv(d: dict, length: int, init: str) -> dict:
+    (row,) = (r for r in d["approximation"] if (r["length"], r["init"]) == (length, init))
+    return row
+
+
+def _exponent(value: float) -> str:
+    """``1e-3`` rather than ``1e-03``."""
+    return re.sub(r"e([-+])0*", r"e\1", f"{value:.0e}")
+
+
+def _largest_gradient_step(d: dict, init: str, seed: int) -> int:
+    """The step (counted from 1) of the largest gradient norm of a training run."""
+    norms = d["training"]["runs"][init][seed]["grad_norms"]
+    return 1 + max(range(len(norms)), key=norms.__getitem__)
 
 
 QUOTES: list[Quote] = [
@@ -927,6 +1058,80 @@ QUOTES: list[Quote] = [
           "while `softmax`'s grows {:.1f}×",
           lambda d: (_lm_train(d, 8192, "softmax")["step_seconds"]
                      / _lm_train(d, 1024, "softmax")["step_seconds"],)),
+    # docs/nystrom.md
+    Quote("docs/nystrom.md", (NYSTROM,),
+          "Skyformer is **{:.1f}×** faster (per round {:.1f}–{:.1f}×) and Nyströmformer "
+          "**{:.1f}×** ({:.1f}–{:.1f}×). The margin over the {:.0f}× target is thin",
+          lambda d: (_nystrom(d, "skyformer"), *_nystrom_range(d, "skyformer"),
+                     _nystrom(d, "nystromformer"), *_nystrom_range(d, "nystromformer"),
+                     d["targets"]["speedup_at_least"])),
+    Quote("docs/nystrom.md", (NYSTROM,),
+          "Against the materialised softmax they are {:.0f}× and {:.0f}× faster and take {:.0f}% "
+          "and {:.0f}% of its memory. They cannot take less memory than the fused kernel, whose "
+          "peak ({:.1f} MiB)",
+          lambda d: (_nystrom(d, "skyformer", "softmax (materialised)"),
+                     _nystrom(d, "nystromformer", "softmax (materialised)"),
+                     _nystrom_memory(d, "skyformer"), _nystrom_memory(d, "nystromformer"),
+                     mib(d["peak_memory_bytes"]["4096"]["softmax"]))),
+    Quote("docs/nystrom.md", (NYSTROM,),
+          "at L = 8192 they are {:.0f}× and {:.0f}× faster",
+          lambda d: (_nystrom(d, "skyformer", length="8192"),
+                     _nystrom(d, "nystromformer", length="8192"))),
+    Quote("docs/nystrom.md", (SPECTRAL,),
+          "(×{:.2f}–{:.2f} per doubling",
+          lambda rows: (min(_doublings(rows)), max(_doublings(rows)))),
+    Quote("docs/nystrom.md", (STABILITY,),
+          "the per-seed means range from {:.2f} to {:.2f} (Gaussian) and {:.2f} to {:.2f} "
+          "(Skyformer), and single steps swing between {:.2f} and {:.1f}",
+          lambda d: (min(_per_seed(d, "gaussian")), max(_per_seed(d, "gaussian")),
+                     min(_per_seed(d, "skyformer")), max(_per_seed(d, "skyformer")),
+                     *(f(r["ratio"] for r in d["rows"]
+                         if r["mechanism"] in ("gaussian", "skyformer")) for f in (min, max)))),
+    Quote("docs/nystrom.md", (PINV_INIT,),
+          "JSON beside it; {:.0f} s on the shared 2-core development machine",
+          lambda d: (sum(d["wall_seconds"].values()),)),
+    Quote("docs/nystrom.md", (PINV_INIT,),
+          "from the identity it is the exact inverse's ({:.4f}, what γ leaves), from the "
+          "transposed starts {:.0f}–{:.0f} times that. With sampled landmarks the Nyström error "
+          "itself ({:.3f} at L = 256, {:.3f} at 1024, the exact inverse's) dominates, and the "
+          "transposed starts add {:.1f}–{:.0f}% of the output on top",
+          lambda d: (_pinv(d, 64, "exact inverse")["vs_gaussian"],
+                     *(f(_pinv(d, 64, i)["vs_gaussian"] / _pinv(d, 64, "identity")["vs_gaussian"]
+                         for i in ("global", "per_matrix")) for f in (min, max)),
+                     _pinv(d, 256, "exact inverse")["vs_gaussian"],
+                     _pinv(d, 1024, "exact inverse")["vs_gaussian"],
+                     *(f(100 * _pinv(d, n, i)["vs_exact_inverse"] for n in (256, 1024)
+                         for i in ("global", "per_matrix")) for f in (min, max)))),
+    Quote("docs/nystrom.md", (PINV_INIT,),
+          "Its inverse error there ({}, {})",
+          lambda d: (_exponent(_pinv(d, 256, "identity")["inverse"]),
+                     _exponent(_pinv(d, 1024, "identity")["inverse"]))),
+    Quote("docs/nystrom.md", (PINV_INIT,),
+          "(median {:.4f} at L = 256)",
+          lambda d: (_pinv(d, 256, "exact inverse")["median_smallest_eigenvalue"],)),
+    Quote("docs/nystrom.md", (PINV_INIT,),
+          "the instability scores differ by {:.1f}%. The largest gradient norms come where the "
+          "loss falls (identity at steps {} and {}, global at step {} of its second seed",
+          lambda d: (100 * (max(s["tau_ratio_to_softmax"] for s in d["training"]["summary"]
+                                .values())
+                            / min(s["tau_ratio_to_softmax"] for s in d["training"]["summary"]
+                                  .values()) - 1),
+                     _largest_gradient_step(d, "identity", 0),
+                     _largest_gradient_step(d, "identity", 1),
+                     _largest_gradient_step(d, "global", 1))),
+    Quote("docs/nystrom.md", (PINV_INIT,),
+          "(20-step mean loss below {:g} after {} and {} steps)",
+          lambda d: (d["config"]["learned_loss"],
+                     *d["training"]["summary"]["identity"]["steps_to_learned_loss"])),
+    # docs/simpletron.md
+    Quote("docs/simpletron.md", (LEARNED,),
+          "L=4096: {:.1f} ms against {:.1f} ms for PyTorch's fused softmax ({:.0f}×, per round "
+          "{:.0f}–{:.0f}×",
+          lambda d: (1000 * d["seconds"]["4096"]["simpletron"],
+                     1000 * d["seconds"]["4096"]["softmax"], _learned(d, "simpletron"),
+                     *(f(s / m for s, m in zip(d["round_seconds"]["4096"]["softmax"],
+                                               d["round_seconds"]["4096"]["simpletron"],
+                                               strict=True)) for f in (min, max)))),
     # docs/choosing-a-mechanism.md
     Quote("docs/choosing-a-mechanism.md", (SPEED,),
           "nothing with 256 random features beats it below about {:,.0f} tokens",
@@ -1033,6 +1238,12 @@ UNRECORDED: list[Unrecorded] = [
       LISTOPS_RUNS),
     U("docs/reproducing-lra.md", "that run was 3.1× slower than softmax", False, LISTOPS_RUNS),
     U("docs/reproducing-lra.md", "falls to 16–24% and recovers", False, LISTOPS_RUNS),
+    U("docs/nystrom.md", "Skyformer forward + backward 18 ms at the scale above versus 130 ms at "
+      "three times it. The exact inverse, `pinv_iterations=None` (an LU solve of the 128 × 128 "
+      "system), took 11 ms and 25 ms in the same two cases", False,
+      "a script that times skyformer at L = 4096 at one and three times the input scale, "
+      "iterative and exact inverse, on the Intel Xeon, and its result file under "
+      "benchmarks/results/"),
 ]  # fmt: skip
 
 NOT_MEASURED: list[NotMeasured] = [
@@ -1043,6 +1254,22 @@ NOT_MEASURED: list[NotMeasured] = [
     N("docs/feedforward-kernels.md", "| name | φ(x) |", True, "defaults"),
     N("docs/feedforward-kernels.md", "| option | maps | default | meaning |", True, "defaults"),
     N("docs/feedforward-kernels.md", "The thesis chose λ = 0.1", False, "the paper's setting"),
+    N("docs/kernelized.md", "below 0.12 at M = 1024 (q, k ~ N(0, 0.25), D = 16, L = 128)", False,
+      "a bound tests/test_kernelized.py checks, and its inputs"),
+    N("docs/nystrom.md", "(the released code uses 0.1)", False, "a setting"),
+    N("docs/nystrom.md", "1 MiB of rows at a time, at most 8 blocks", False, "settings"),
+    N("docs/nystrom.md", "q, k and v (4 MiB at this size)", False,
+      "counted: 4 × 4096 × 2 × 32 × 4 B"),
+    N("docs/nystrom.md", "(L, 128) kernel matrices (4 MiB each)", False,
+      "counted: 4096 × 128 × 2 heads × 4 B"),
+    N("docs/nystrom.md", "128 × 128", False, "a shape"),
+    N("docs/nystrom.md", "N(0, 0.554²)", False, "inputs of the studies"),
+    N("docs/nystrom.md", "8 × 512 synthetic tokens", False, "a setting"),
+    N("docs/nystrom.md", "N(0, 0.02²)", False, "an initialisation"),
+    N("docs/nystrom.md", "grows by 3.25 a step", False, "arithmetic: the step's 13/4 on a zero "
+      "eigenvalue"),
+    N("docs/nystrom.md", "still more than 10% off after 6 steps", False,
+      "a bound tests/test_gaussian_nystrom.py checks"),
     N("docs/learned-kernels.md", "4 × (Linear, BatchNorm, LeakyReLU)", False, "an architecture"),
     N("docs/learned-kernels.md", "64×64 matmul", False, "a shape"),
     N("docs/performance.md", "20× target", False, "a target"),

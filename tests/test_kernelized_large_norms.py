@@ -76,3 +76,25 @@ def test_positive_maps_in_fp32_give_the_unshifted_estimator(name, causal):
             eps=1e-300,
         )
         torch.testing.assert_close(out.double(), exact, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["noncausal", "causal"])
+def test_rfa_in_fp32_is_not_held_to_the_unshifted_estimator(causal):
+    """rfa's signed normaliser comes close to zero for some seeds, where fp32 rounding alone
+    moves the output by more than 1e-2 relative to the float64 estimator: the 1e-3 that the
+    positive maps meet (above) is not claimed for it."""
+    worst = 0.0
+    for seed in SEEDS:
+        attn = build("rfa", seed).eval()
+        q, k, v = (x.detach() for x in large(seed, torch.float32, length=64))
+        out = attn(q, k, v, causal=causal)
+        attn.double()
+        exact = linear_attention_reference(
+            attn.features(q.double()).dense(),
+            attn.features(k.double()).dense(),
+            v.double(),
+            causal=causal,
+            eps=1e-300,
+        )
+        worst = max(worst, float((out.double() - exact).norm() / exact.norm()))
+    assert worst > 1e-2
