@@ -29,7 +29,7 @@ def render(report: dict) -> str:
         f"{cfg['decode_steps_per_round']} steps, `torch.inference_mode()`. State: the decoding "
         "state of all layers (the key/value cache filled up to the position, and as allocated).",
         "",
-        "| B | context | mechanism | ms/step | tokens/s | state MB | allocated MB "
+        "| B | context | mechanism | ms/step | tokens/s | state MiB | allocated MiB "
         "| softmax / mechanism | prefill s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
