@@ -27,7 +27,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 INFO = {"processor": "test CPU", "torch_threads": 2, "kattn": "0.0", "torch": "2.0"}
 #: each benchmark script's renderer and the stem of its committed results
 SCRIPTS = {"foundation_speed": "foundation", "learned_speed": "learned",
-           "lm_speed_report": "lm", "nystrom_speed": "nystrom",
+           "lm_speed_report": "lm", "nystrom_speed": "nystrom", "pinv_init": "pinv-init",
            "rpe_blocked_speed": "rpe-blocked", "rpe_speed": "rpe"}  # fmt: skip
 
 
