@@ -151,7 +151,7 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         help="instability score of the first training steps (Chen et al. 2021, Appendix F)",
         description="τ_i = ‖f(x_i, W_i) − f(x_i, W_{i−1})‖² / ‖W_i − W_{i−1}‖² over the first "
         "optimiser steps of a 2-layer encoder (Skyformer's LRA model), as a ratio to softmax "
-        "attention from the same start on the same batches. Writes CSV, markdown and PNG.",
+        "attention from the same start on the same batches. Writes CSV, JSON, markdown and PNG.",
     )
     st.add_argument(
         "--mechanisms",
