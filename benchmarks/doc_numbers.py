@@ -1280,6 +1280,7 @@ NOT_MEASURED: list[NotMeasured] = [
     N("docs/language-modelling.md", "the first 4 MB", False, "a setting"),
     N("docs/reproducing-lra.md", "7.7 GB", False, "a download's size"),
     N("docs/reproducing-lra.md", "the last 10% of the training batches", False, "a split"),
+    N("docs/reproducing-lra.md", "warms up for 30% of the run instead", False, "a setting"),
     N("docs/reproducing-lra.md", "| | `skyformer` | `lra` | `kl` | `small` |", True, "presets"),
     N("docs/reproducing-lra.md", "the standard error of an accuracy near 40% is 1.1 points", False,
       "arithmetic: √(0.4·0.6/2000)"),
