@@ -1,0 +1,68 @@
+"""The generated blocks: which table of which page is rendered from which result files."""
+
+from __future__ import annotations
+
+from .entries import Block
+from .sources import (
+    FOUNDATION,
+    LEARNED,
+    LM,
+    MECHANISMS,
+    NORM_SWEEP,
+    NYSTROM,
+    PINV_INIT,
+    RPE,
+    RPE_BLOCKED,
+    SPECTRAL,
+    SPEED,
+    SPEED_RPE,
+    STABILITY,
+)
+from .tables import (
+    FOUNDATION_PATHS,
+    choosing_table,
+    foundation_memory,
+    foundation_ratios,
+    learned_table,
+    lm_decode,
+    lm_train,
+    norm_sweep,
+    readme_foundation,
+    rpe_blocked,
+    rpe_decode,
+    rpe_paths,
+    rpe_sweep,
+    times_table,
+)
+from .tables_nystrom import (
+    nystrom_speed,
+    pinv_approximation,
+    pinv_training,
+    spectral_table,
+    stability_table,
+)
+
+BLOCKS: list[Block] = [
+    Block("README.md", "foundation", (FOUNDATION,), readme_foundation),
+    Block("docs/performance.md", "foundation-times", (FOUNDATION,),
+          lambda d: times_table(d, FOUNDATION_PATHS)),
+    Block("docs/performance.md", "foundation-ratios", (FOUNDATION,), foundation_ratios),
+    Block("docs/performance.md", "foundation-memory", (FOUNDATION,), foundation_memory),
+    Block("docs/rpe.md", "rpe-blocked", (RPE_BLOCKED,), rpe_blocked),
+    Block("docs/rpe.md", "norm-sweep-prf", (NORM_SWEEP,), norm_sweep("prf")),
+    Block("docs/rpe.md", "norm-sweep-trf", (NORM_SWEEP,), norm_sweep("trf")),
+    Block("docs/rpe.md", "norm-sweep-nprf", (NORM_SWEEP,), norm_sweep("nprf")),
+    Block("docs/rpe.md", "rpe-sweep", (RPE,), rpe_sweep),
+    Block("docs/rpe.md", "rpe-paths", (RPE,), rpe_paths),
+    Block("docs/rpe.md", "rpe-decode", (RPE,), rpe_decode),
+    Block("docs/learned-kernels.md", "learned", (LEARNED,), learned_table),
+    Block("docs/language-modelling.md", "lm-decode", (LM,), lm_decode),
+    Block("docs/language-modelling.md", "lm-train", (LM,), lm_train),
+    Block("docs/choosing-a-mechanism.md", "mechanisms", (SPEED, SPEED_RPE, MECHANISMS),
+          choosing_table),
+    Block("docs/nystrom.md", "nystrom-speed", (NYSTROM,), nystrom_speed),
+    Block("docs/nystrom.md", "spectral", (SPECTRAL,), spectral_table),
+    Block("docs/nystrom.md", "stability", (STABILITY,), stability_table),
+    Block("docs/nystrom.md", "pinv-init-approximation", (PINV_INIT,), pinv_approximation),
+    Block("docs/nystrom.md", "pinv-init-training", (PINV_INIT,), pinv_training),
+]  # fmt: skip

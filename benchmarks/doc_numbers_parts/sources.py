@@ -1,0 +1,63 @@
+"""The committed result files that the docs' numbers come from: their paths, how to read
+them, and how a page may cite them."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PROCESSOR = "intel-r-xeon-r-processor-torch2.13.0-kattn0.1.0"
+MACHINE = f"cpu-{PROCESSOR}"
+R = "benchmarks/results"
+FOUNDATION = f"{R}/foundation-{MACHINE}.json"
+RPE = f"{R}/rpe-{MACHINE}.json"
+RPE_BLOCKED = f"{R}/rpe-blocked-{MACHINE}.json"
+NYSTROM = f"{R}/nystrom-{MACHINE}.json"
+LEARNED = f"{R}/learned-{MACHINE}.json"
+LM = f"{R}/lm-{MACHINE}.json"
+SPEED = f"{R}/speed/speed-forward-float32-{MACHINE}.json"
+SPEED_RPE = f"{R}/speed-rpe/speed-forward-float32-{MACHINE}.json"
+MECHANISMS = f"{R}/mechanisms/mechanisms.json"
+NORM_SWEEP = f"{R}/norm-sweep/norm-sweep.csv"
+SPECTRAL = f"{R}/spectral/spectral.csv"
+STABILITY = f"{R}/stability/stability.json"
+PINV_INIT = f"{R}/pinv-init-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
+
+
+@cache
+def load(path: str) -> Any:
+    """A result file: JSON as parsed, CSV as a list of rows (numbers converted)."""
+    file = ROOT / path
+    if path.endswith(".csv"):
+        with file.open(newline="") as f:
+            return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    return json.loads(file.read_text())
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def cited_as(path: str) -> tuple[str, ...]:
+    """How a page may cite ``path``: the path, its other format (.md/.json), its folder for a
+    study in its own folder, or the name with ``*`` (or ``…``) for the processor and versions."""
+    names = {path, re.sub(r"\.json$", ".md", path)}
+    if path.count("/") > 2:  # benchmarks/results/<study>/<file>
+        names.add(path.rsplit("/", 1)[0] + "/")
+    names |= {n.replace(PROCESSOR, "*") for n in names}
+    names |= {n.split(PROCESSOR)[0] + "…" for n in names if PROCESSOR in n}
+    return tuple(sorted(names))
+
+
+def mib(nbytes: float) -> float:
+    return nbytes / 2**20
