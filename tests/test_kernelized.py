@@ -55,7 +55,8 @@ def test_cross_attention_equals_reference():
 
 
 def test_performer_error_falls_as_features_grow():
-    """On small-norm inputs the error against exact softmax falls like 1/√M (Luo et al. 2021, §3.3)."""
+    """On small-norm inputs the error against exact softmax falls like 1/√M (Luo et al. 2021,
+    §3.3)."""
     errors = []
     for m in (16, 64, 256, 1024):
         per_seed = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .entries import Block
 from .sources import (
+    DEMO_REPORT,
     FOUNDATION,
     LEARNED,
     LM,
@@ -21,6 +22,7 @@ from .sources import (
 from .tables import (
     FOUNDATION_PATHS,
     choosing_table,
+    demo_summary,
     foundation_memory,
     foundation_ratios,
     learned_table,
@@ -44,6 +46,7 @@ from .tables_nystrom import (
 
 BLOCKS: list[Block] = [
     Block("README.md", "foundation", (FOUNDATION,), readme_foundation),
+    Block("README.md", "demo", (DEMO_REPORT,), demo_summary),
     Block("docs/performance.md", "foundation-times", (FOUNDATION,),
           lambda d: times_table(d, FOUNDATION_PATHS)),
     Block("docs/performance.md", "foundation-ratios", (FOUNDATION,), foundation_ratios),

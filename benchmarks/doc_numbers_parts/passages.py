@@ -6,10 +6,6 @@ from __future__ import annotations
 
 from .entries import NotMeasured, Unrecorded
 
-DEMO = (
-    "a `make demo` run's `runs/demo` (report.md, speed/, approx/, train/*/results.json) "
-    "committed as benchmarks/results/demo/"
-)
 LISTOPS_RUNS = "the four runs' results.json and metrics.jsonl under benchmarks/results/listops/"
 LM_RUNS = "the LM runs' results.json (and the sample) under benchmarks/results/lm-train/"
 
@@ -21,17 +17,9 @@ UNRECORDED: list[Unrecorded] = [
       "96 s), 2.93 (`performer`, M=64) and 2.66 (`nprf_rpe` with `rpe=\"decay\"`) test bits "
       "per byte after 1000 steps on a 2-core CPU, against 4.52 for the unigram baseline",
       False, LM_RUNS),
-    U("README.md", "`make demo` took 9 min 15 s on the 2-core development machine", False,
-      DEMO),
-    U("README.md", "`make demo` took 9 min 15 s, set-up included, and printed the table below",
-      False, DEMO),
-    U("README.md", "| mechanism | rel. error vs exact | speed-up vs softmax at L=4,096 |",
-      True, DEMO),
     U("docs/performance.md", "at about 160 GFLOP/s in isolation on this machine (a one-off "
       "measurement, not committed), so roughly 6 ms", False,
       "a script that times batched 64×64 matrix products, and its result file"),
-    U("docs/choosing-a-mechanism.md", "reached 36–39% test accuracy (the README's demo table)",
-      False, DEMO),
     U("docs/language-modelling.md", "231 files, 3.6 MB train / 200 KB valid / 200 KB test",
       False, LM_RUNS),
     U("docs/language-modelling.md", "0.46 M parameters); bits per byte of the best checkpoint "

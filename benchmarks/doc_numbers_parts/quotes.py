@@ -27,6 +27,8 @@ from .quote_values import (
     speed,
 )
 from .sources import (
+    DEMO_RUNS,
+    DEMO_TIME,
     FOUNDATION,
     LEARNED,
     LM,
@@ -43,8 +45,25 @@ from .sources import (
 )
 from .tables_nystrom import seed_means
 
+
+def _minutes_seconds(run: dict) -> tuple[int, int]:
+    return divmod(round(run["seconds"]), 60)
+
+
+def _accuracy_range(*runs: dict) -> tuple[float, float]:
+    accuracies = [100 * run["test_accuracy"] for run in runs]
+    return min(accuracies), max(accuracies)
+
+
 QUOTES: list[Quote] = [
     # README.md
+    Quote("README.md", (DEMO_TIME,), "From a fresh clone, `make demo` took {} min {} s",
+          _minutes_seconds),
+    Quote("README.md", (DEMO_TIME,), "`make demo` took {} min {} s, set-up included",
+          _minutes_seconds),
+    Quote("docs/choosing-a-mechanism.md", DEMO_RUNS,
+          "softmax, performer, nprf_rpe, skyformer and gmm_prf all reached {:.0f}–{:.0f}% test "
+          "accuracy", _accuracy_range),
     Quote("README.md", (LM,),
           "`performer` decodes {:.0f}× faster per token than `softmax`'s key/value cache "
           "({:.0f}× with M=64), from a state {:.0f}× smaller ({:.0f} MiB against {:,.0f} MiB; "

@@ -27,12 +27,19 @@ NORM_SWEEP = f"{R}/norm-sweep/norm-sweep.csv"
 SPECTRAL = f"{R}/spectral/spectral.csv"
 STABILITY = f"{R}/stability/stability.json"
 PINV_INIT = f"{R}/pinv-init-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
+DEMO_REPORT = f"{R}/demo/report.md"
+DEMO_TIME = f"{R}/demo/make-demo.json"
+DEMO_TRAINED = ("softmax", "performer", "nprf_rpe", "skyformer", "gmm_prf")
+DEMO_RUNS = tuple(f"{R}/demo/train/{name}/results.json" for name in DEMO_TRAINED)
 
 
 @cache
 def load(path: str) -> Any:
-    """A result file: JSON as parsed, CSV as a list of rows (numbers converted)."""
+    """A result file: JSON as parsed, CSV as a list of rows (numbers converted), markdown as
+    its text."""
     file = ROOT / path
+    if path.endswith(".md"):
+        return file.read_text()
     if path.endswith(".csv"):
         with file.open(newline="") as f:
             return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
@@ -49,11 +56,13 @@ def _number(text: str) -> Any:
 
 
 def cited_as(path: str) -> tuple[str, ...]:
-    """How a page may cite ``path``: the path, its other format (.md/.json), its folder for a
-    study in its own folder, or the name with ``*`` (or ``…``) for the processor and versions."""
+    """How a page may cite ``path``: the path, its other format (.md/.json), its folders below
+    ``benchmarks/results/`` (a study in its own folder), or the name with ``*`` (or ``…``) for
+    the processor and versions."""
     names = {path, re.sub(r"\.json$", ".md", path)}
-    if path.count("/") > 2:  # benchmarks/results/<study>/<file>
-        names.add(path.rsplit("/", 1)[0] + "/")
+    parts = path.split("/")
+    for depth in range(3, len(parts)):  # benchmarks/results/<study>/…/<file>: each folder
+        names.add("/".join(parts[:depth]) + "/")
     names |= {n.replace(PROCESSOR, "*") for n in names}
     names |= {n.split(PROCESSOR)[0] + "…" for n in names if PROCESSOR in n}
     return tuple(sorted(names))

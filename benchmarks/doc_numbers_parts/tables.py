@@ -310,3 +310,12 @@ def choosing_table(speed: dict, speed_rpe: dict, errors: dict) -> str:
         label = f"{name} ¹" if name in ("prf_rpe", "nprf_rpe") else name
         lines.append(f"| {label} | {err} | " + " | ".join(speedups + memory) + f" | {crossover} |")
     return "\n".join(lines)
+
+
+def demo_summary(report: str) -> str:
+    """The summary table of a ``kattn demo`` report (the first table under ``## Summary``)."""
+    section = report.split("## Summary", 1)[1]
+    lines = section.strip("\n").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])

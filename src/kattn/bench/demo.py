@@ -41,7 +41,7 @@ TRAIN_SIZE = 64
 
 @dataclass(frozen=True)
 class DemoPlan:
-    """How much the demo measures; :data:`FULL` takes about 10 minutes on 2 CPU cores."""
+    """How much the demo measures; :data:`FULL` took 9 minutes on 2 CPU cores (2026-11-24)."""
 
     lengths: tuple[int, ...]
     rounds: int
@@ -306,11 +306,13 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="the main job: speed, memory, error and ListOps accuracy of the mechanisms",
         description="Measures every registered mechanism on this machine with nothing to "
-        "download (about 10 minutes on 2 CPU cores; --quick: under a minute) and writes "
+        "download (9 minutes on a 2-core CPU; --quick: about 20 seconds) and writes "
         "OUT/report.md with tables and plots.",
     )
     p.add_argument("--out", type=output_folder, default=Path("runs/demo"))
-    p.add_argument("--quick", action="store_true", help="a small version (under a minute)")
+    p.add_argument(
+        "--quick", action="store_true", help="a small version (about 20 seconds on a 2-core CPU)"
+    )
     p.add_argument("--train", type=name_list, default=",".join(TRAINED),
                    help="comma-separated mechanisms trained on ListOps")  # fmt: skip
     p.add_argument("--threads", type=int_at_least(0), default=0,
