@@ -29,6 +29,7 @@ STABILITY = f"{R}/stability/stability.json"
 PINV_INIT = f"{R}/pinv-init-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
 DEMO_REPORT = f"{R}/demo/report.md"
 DEMO_TIME = f"{R}/demo/make-demo.json"
+BENCH_TIME = f"{R}/make-bench.json"
 DEMO_TRAINED = ("softmax", "performer", "nprf_rpe", "skyformer", "gmm_prf")
 DEMO_RUNS = tuple(f"{R}/demo/train/{name}/results.json" for name in DEMO_TRAINED)
 
