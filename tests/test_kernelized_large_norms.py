@@ -26,6 +26,23 @@ def large(seed, dtype, length=33):
     return [x.to(dtype).requires_grad_() for x in (q, k, v)]
 
 
+def fp32_and_unshifted_estimator(name, seed, causal):
+    """The fp32 output at L=64, and the estimator computed in float64 from the same features
+    with no shift or guard (so a shrunken or clipped output would differ)."""
+    attn = build(name, seed).eval()
+    q, k, v = (x.detach() for x in large(seed, torch.float32, length=64))
+    out = attn(q, k, v, causal=causal)
+    attn.double()
+    exact = linear_attention_reference(
+        attn.features(q.double()).dense(),
+        attn.features(k.double()).dense(),
+        v.double(),
+        causal=causal,
+        eps=1e-300,
+    )
+    return out.double(), exact
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("causal", [False, True], ids=["noncausal", "causal"])
 @pytest.mark.parametrize("name", ["performer", "rfa", "linear"])
@@ -64,18 +81,8 @@ def test_positive_maps_in_fp32_give_the_unshifted_estimator(name, causal):
     """fp32 output = the estimator computed in float64 from the same features without any
     shift or guard (to 1e-3 relative), for the positive maps."""
     for seed in SEEDS:
-        attn = build(name, seed).eval()
-        q, k, v = (x.detach() for x in large(seed, torch.float32, length=64))
-        out = attn(q, k, v, causal=causal)
-        attn.double()
-        exact = linear_attention_reference(
-            attn.features(q.double()).dense(),
-            attn.features(k.double()).dense(),
-            v.double(),
-            causal=causal,
-            eps=1e-300,
-        )
-        torch.testing.assert_close(out.double(), exact, rtol=1e-3, atol=1e-4)
+        out, exact = fp32_and_unshifted_estimator(name, seed, causal)
+        torch.testing.assert_close(out, exact, rtol=1e-3, atol=1e-4)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["noncausal", "causal"])
@@ -85,16 +92,6 @@ def test_rfa_in_fp32_is_not_held_to_the_unshifted_estimator(causal):
     positive maps meet (above) is not claimed for it."""
     worst = 0.0
     for seed in SEEDS:
-        attn = build("rfa", seed).eval()
-        q, k, v = (x.detach() for x in large(seed, torch.float32, length=64))
-        out = attn(q, k, v, causal=causal)
-        attn.double()
-        exact = linear_attention_reference(
-            attn.features(q.double()).dense(),
-            attn.features(k.double()).dense(),
-            v.double(),
-            causal=causal,
-            eps=1e-300,
-        )
-        worst = max(worst, float((out.double() - exact).norm() / exact.norm()))
+        out, exact = fp32_and_unshifted_estimator("rfa", seed, causal)
+        worst = max(worst, float((out - exact).norm() / exact.norm()))
     assert worst > 1e-2
