@@ -10,14 +10,8 @@ import torch
 import kattn
 from kattn.features.generative import GenerativeFeatures
 
-SPECTRAL = [
-    "gmm_rks",
-    "gmm_prf",
-    "fastfood_rks",
-    "fastfood_prf",
-    "generative_rks",
-    "generative_prf",
-]
+from .test_learned_spectral_maps import SPECTRAL
+
 MODES = ["eval", "train"]  # train: the generator's batch normalisation uses batch statistics
 
 
