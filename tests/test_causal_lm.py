@@ -167,3 +167,15 @@ def test_token_ids_outside_the_vocabulary_are_refused(bad):
     for strategy in ("recurrent", "reencode"):
         with pytest.raises(ValueError, match=message):
             model.generate(tokens, 2, strategy=strategy)
+
+
+def test_token_ids_on_an_accelerator_are_checked_only_where_asked():
+    """No device-to-host read per forward off the CPU (a meta tensor has no values to read:
+    reading one would raise); a prompt is checked on any device, once per generation."""
+    from kattn.nn.encoder import check_token_ids
+
+    check_token_ids(torch.empty(2, 5, dtype=torch.int64, device="meta"), VOCAB)
+    with pytest.raises(Exception, match="meta"):
+        check_token_ids(
+            torch.empty(2, 5, dtype=torch.int64, device="meta"), VOCAB, on_any_device=True
+        )

@@ -280,11 +280,18 @@ def shared_rpe_options(
     return {**{o: v for o, v in options.items() if o not in names}, "rpe": module}
 
 
-def check_token_ids(tokens: Tensor, vocab_size: int) -> None:
+def check_token_ids(tokens: Tensor, vocab_size: int, *, on_any_device: bool = False) -> None:
     """``ValueError`` naming the vocabulary size if an id of ``tokens`` is outside
-    ``[0, vocab_size)`` (the embedding lookup would fail with an index error on the CPU and a
-    device-side assert on a GPU)."""
-    if tokens.numel() == 0:
+    ``[0, vocab_size)`` (the embedding lookup would fail with a bare index error).
+
+    Checked on CPU tensors, and on any device with ``on_any_device`` (a prompt, once per
+    generation): on an accelerator the check is a device-to-host synchronisation, which every
+    forward and decoding step would pay, and the lookup there stops the program with a
+    device-side assert anyway. Skipped while ``torch.compile`` traces (it would break the
+    graph)."""
+    if tokens.numel() == 0 or torch.compiler.is_compiling():
+        return
+    if tokens.device.type != "cpu" and not on_any_device:
         return
     low, high = torch.aminmax(tokens)
     if bool((low < 0) | (high >= vocab_size)):  # one device-to-host read

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from .encoder import check_token_ids
+
 if TYPE_CHECKING:
     from .causal_lm import CausalLM
 
@@ -104,6 +106,7 @@ def generate(
             f"prompt must be (B, L) or (L,) ids with L >= 1, got {tuple(prompt.shape)}"
         )
     tokens = tokens.to(device=model.head.weight.device, dtype=torch.int64)
+    check_token_ids(tokens, model.head.weight.shape[0], on_any_device=True)
     if strategy == "auto":
         strategy = "recurrent" if model.supports_recurrent else "reencode"
         if strategy == "reencode":
