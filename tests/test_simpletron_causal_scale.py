@@ -88,21 +88,21 @@ def test_prefill_and_steps_equal_the_causal_forward(causal_scale):
         causal_scale=causal_scale,
         chunk_size=8,
     )
-    outs = [head]
-    for t in range(prompt, L):
-        one = slice(t, t + 1)
-        out, state = attn.step(q[:, :, one], k[:, :, one], v[:, :, one], state)
-        outs.append(out)
-    assert_close(torch.cat(outs, dim=2), full)
+    assert_close(decode_after(attn, head, state, q, k, v), full)
     # the module's own prefill, then steps, without padding
     plain = attn(q, k, v, causal=True)
-    out, state = attn.prefill(q[:, :, :prompt], k[:, :, :prompt], v[:, :, :prompt])
-    outs = [out]
-    for t in range(prompt, L):
+    head, state = attn.prefill(q[:, :, :prompt], k[:, :, :prompt], v[:, :, :prompt])
+    assert_close(decode_after(attn, head, state, q, k, v), plain)
+
+
+def decode_after(attn, head, state, q, k, v):
+    """``head`` (the prompt's outputs), then one step per remaining token from ``state``."""
+    outs = [head]
+    for t in range(head.shape[2], q.shape[2]):
         one = slice(t, t + 1)
         out, state = attn.step(q[:, :, one], k[:, :, one], v[:, :, one], state)
         outs.append(out)
-    assert_close(torch.cat(outs, dim=2), plain)
+    return torch.cat(outs, dim=2)
 
 
 def test_the_noncausal_form_ignores_causal_scale():
