@@ -19,7 +19,6 @@ from kattn.bench.kernel_error import (
     softmax_kernel,
 )
 from kattn.bench.mechanism_error import (
-    EXACT_COUNTERPARTS,
     EXACT_REFERENCES,
     approximate_mechanisms,
     mechanism_study,
@@ -70,12 +69,13 @@ def test_rks_variants_count_cos_and_sin_features():
         build_variant(by_label["fastfood_rks"], 33, dim=16, seed=0)
 
 
-def test_every_approximate_mechanism_has_a_declared_counterpart():
-    assert set(approximate_mechanisms()) <= set(EXACT_COUNTERPARTS)
-    assert {r for r in EXACT_COUNTERPARTS.values() if r is not None} <= set(EXACT_REFERENCES)
-    assert EXACT_COUNTERPARTS["skyformer"] == "gaussian"
-    assert EXACT_COUNTERPARTS["performer"] == "softmax"
-    assert EXACT_COUNTERPARTS["linear"] is None
+def test_every_declared_counterpart_is_an_exact_reference():
+    declared = {name: kattn.spec(name).approximates for name in kattn.available()}
+    assert {r for r in declared.values() if r is not None} <= set(EXACT_REFERENCES)
+    assert all(declared[name] is None for name in kattn.available() if kattn.spec(name).is_exact)
+    assert declared["skyformer"] == "gaussian" and declared["performer"] == "softmax"
+    assert declared["nprf_rpe"] == "softmax_unit_qk" and declared["linear"] is None
+    assert set(approximate_mechanisms()) >= {n for n, r in declared.items() if r is not None}
 
 
 def test_mechanism_study_rows():

@@ -10,16 +10,12 @@ from kattn.functional.rpe_blocked import DEFAULT_BLOCK_ELEMENTS
 from .helpers import assert_close, grads, padding_mask, qkv
 
 D, H, DV, MAX_LEN = 16, 3, 8, 64
-#: small chunks, blocks, landmarks and projections, and the FFT for Toeplitz encodings, so that
-#: the fast paths (chunked, blocked, FFT, Nyström) run at test lengths; each mechanism takes
-#: the ones it has.
-FAST_PATHS = {
-    "chunk_size": 8,
-    "block_size": 16,
-    "num_landmarks": 12,
-    "proj_dim": 16,
-    "rpe_method": "fft",
-}
+#: small chunks and blocks, and the FFT for Toeplitz encodings, so that the fast paths
+#: (chunked, blocked, FFT) run at test lengths; each mechanism takes the ones it has.
+FAST_PATHS = {"chunk_size": 8, "block_size": 16, "rpe_method": "fft"}
+#: every mechanism's registered size option (features, landmarks, projected rows) is set to
+#: this, below the test lengths, so that Nyström and Linformer approximate
+SIZE = 12
 CASES = {  # id: (Lq, Lk, causal, padded keys per batch row or None)
     "37": (37, 37, False, None),
     "37-causal": (37, 37, True, None),
@@ -47,12 +43,15 @@ EXTRA = {
 
 
 def build(name, **options):
-    """Mechanism ``name`` with the :data:`FAST_PATHS` options it accepts (``options`` win) and
-    random positional coefficients (they start at 0, which would hide offset mix-ups)."""
+    """Mechanism ``name`` with the :data:`FAST_PATHS` options it accepts and its size option at
+    :data:`SIZE` (``options`` win), and random positional coefficients (they start at 0, which
+    would hide offset mix-ups)."""
     defaults = kattn.spec(name).defaults
     cls = type(kattn.build(name, head_dim=D, num_heads=H, max_len=MAX_LEN, **options))
     valid = cls.option_names({**defaults, **options}) or []
-    merged = {**{o: x for o, x in FAST_PATHS.items() if o in valid}, **options}
+    size_option = kattn.spec(name).size_option
+    sizes = {size_option: SIZE} if size_option else {}
+    merged = {**{o: x for o, x in FAST_PATHS.items() if o in valid}, **sizes, **options}
     torch.manual_seed(0)
     attn = kattn.build(name, head_dim=D, num_heads=H, max_len=MAX_LEN, **merged)
     rpe = getattr(attn, "rpe", None)

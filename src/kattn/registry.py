@@ -1,4 +1,5 @@
-"""Registries of attention mechanisms and feature maps, the mechanism spec and ``build``.
+"""The registries of attention mechanisms, feature maps and relative positional encodings,
+the mechanism spec and ``build``.
 
 A registered mechanism name is a *preset*: an :class:`~kattn.Attention` class plus a dict of
 default options. ``build(name, head_dim=..., num_heads=..., max_len=..., **options)`` merges the
@@ -8,8 +9,11 @@ user's options over the preset's and constructs the module.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import numbers
+import pkgutil
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -18,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from .attention.base import Attention
+    from .features.base import FeatureMap
+    from .positional.base import RelativePositionBias
 
 T = TypeVar("T")
 
@@ -30,33 +36,127 @@ CAPABILITY_FLAGS = (
 )
 
 
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registration: a class, the preset options a name fixes, where it was registered
+    and what else the registry kind records about it (``info``)."""
+
+    name: str
+    cls: type[T]
+    defaults: Mapping[str, Any]
+    module: str
+    info: Any = None
+
+
+def caller_module(depth: int = 2) -> str:
+    """The ``__name__`` of the module ``depth`` frames up (1: the caller of this function's
+    caller), so that registrations know the module that made them."""
+    return str(sys._getframe(depth).f_globals.get("__name__", "?"))
+
+
 class Registry(Generic[T]):
-    """A name → item mapping that refuses duplicate names."""
+    """Registered classes by name: the one registry of mechanisms, feature maps and relative
+    positional encodings.
 
-    def __init__(self, kind: str) -> None:
+    ``register`` refuses a duplicate name; ``build(name, **kwargs)`` passes the size arguments
+    (``build_args``) through, merges the caller's options over the name's preset, refuses an
+    unknown option with a ``TypeError`` listing the valid ones (a class may compute its valid
+    options with a classmethod ``option_names(options)``, as ``Attention`` does) and a bool or
+    number option of another type with a ``TypeError`` naming it.
+
+    Args:
+        kind: what is registered, for messages ("mechanism", "feature map", ...).
+        build_args: the constructor's size arguments, not options (e.g. head_dim, num_heads).
+        where: how an option error names the build, formatted with ``name``.
+    """
+
+    def __init__(self, kind: str, *, build_args: tuple[str, ...] = (), where: str = "") -> None:
         self.kind = kind
-        self._items: dict[str, T] = {}
+        self.build_args = build_args
+        self._where = where or kind + " {name!r}"
+        self._items: dict[str, Entry[T]] = {}
 
-    def add(self, name: str, item: T) -> None:
+    def register(
+        self,
+        name: str,
+        cls: type[T],
+        defaults: Mapping[str, Any] | None = None,
+        *,
+        info: Any = None,
+        module: str | None = None,
+    ) -> Entry[T]:
+        """Register ``cls`` with preset ``defaults`` as ``name`` (``module``: the registering
+        module, by default the caller's)."""
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {self.kind} name must be a non-empty string, got {name!r}")
         if name in self._items:
             raise ValueError(f"a {self.kind} named {name!r} is already registered")
-        self._items[name] = item
+        entry = Entry(name, cls, dict(defaults or {}), module or caller_module(), info)
+        self._items[name] = entry
+        return entry
 
-    def get(self, name: str) -> T:
+    def get(self, name: str) -> Entry[T]:
+        """The entry of ``name`` (``ValueError`` listing the registered names otherwise)."""
         try:
             return self._items[name]
-        except KeyError:
+        except (KeyError, TypeError):
             raise ValueError(
-                f"unknown {self.kind} {name!r}; registered ones are: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}; registered ones are: {', '.join(self.available())}"
             ) from None
 
-    def names(self) -> list[str]:
+    def available(self) -> list[str]:
+        """Registered names, sorted."""
         return sorted(self._items)
+
+    names = available
+
+    def registered_in(self, module: str) -> list[str]:
+        """The names registered by module ``module``."""
+        return [n for n, e in sorted(self._items.items()) if e.module == module]
 
     def __contains__(self, name: object) -> bool:
         return name in self._items
+
+    def option_names(self, name: str, options: Mapping[str, Any] | None = None) -> list[str] | None:
+        """The options ``name`` accepts given the merged ``options`` (None: the class checks
+        its options itself)."""
+        entry = self.get(name)
+        merged = {**entry.defaults, **(options or {})}
+        own = getattr(entry.cls, "option_names", None)
+        if callable(own):
+            return own(merged)  # type: ignore[no-any-return]
+        fixed = getattr(entry.cls, "fixed_options", ())
+        return keyword_parameters(entry.cls.__init__, exclude=(*self.build_args, *fixed))
+
+    def option_types(self, name: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The declared type of each option of ``name`` given the merged ``options``."""
+        entry = self.get(name)
+        merged = {**entry.defaults, **(options or {})}
+        own = getattr(entry.cls, "option_types", None)
+        if callable(own):
+            return own(merged)  # type: ignore[no-any-return]
+        return declared_types(entry.cls.__init__, exclude=self.build_args)
+
+    def build(self, name: str, /, **kwargs: Any) -> T:
+        """Construct ``name`` from its size arguments and options (see the class docstring)."""
+        entry = self.get(name)
+        sizes = {arg: kwargs.pop(arg) for arg in self.build_args if arg in kwargs}
+        merged = {**entry.defaults, **kwargs}
+        where = self._where.format(name=name)
+        valid = self.option_names(name, merged)
+        if valid is not None:
+            check_options(where, kwargs, valid)
+        check_option_types(where, merged, self.option_types(name, merged))
+        return entry.cls(**sizes, **merged)
+
+
+def import_modules(package: str, paths: Iterable[str]) -> list[str]:
+    """Import every module of ``package`` (its ``__path__``: ``paths``), so that each module's
+    registrations run without a list of imports to keep up to date; returns their names."""
+    names = sorted(m.name for m in pkgutil.iter_modules(list(paths)) if not m.ispkg)
+    for name in names:
+        importlib.import_module(f"{package}.{name}")
+    return names
 
 
 def check_options(where: str, given: Iterable[str], valid: Iterable[str]) -> None:
@@ -135,7 +235,12 @@ def _expected_type(hint: Any, value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class MechanismSpec:
-    """What a registered mechanism is and can do (the flags of its default options)."""
+    """What a registered mechanism is and can do (the flags of its default options).
+
+    ``approximates``: the exact attention its default form estimates (a name of
+    ``kattn.bench.mechanism_error.EXACT_REFERENCES``), None where it is exact or estimates no
+    exact attention; ``size_option``: the option that sets its size (features, landmarks,
+    projection), None if it has none; ``colour``: its colour in plots."""
 
     name: str
     summary: str
@@ -147,20 +252,33 @@ class MechanismSpec:
     supports_recurrent: bool
     is_exact: bool
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    approximates: str | None = None
+    size_option: str | None = None
+    colour: str = ""
 
 
 @dataclass(frozen=True)
-class _Mechanism:
-    cls: type[Attention]
-    defaults: Mapping[str, Any]
+class MechanismInfo:
+    """What a mechanism's registration records besides its class and preset options."""
+
     summary: str
     reference: str
     complexity: str
+    approximates: str | None = None
+    size_option: str | None = None
+    colour: str | None = None
 
 
-MECHANISMS: Registry[_Mechanism] = Registry("mechanism")
+MECHANISMS: Registry[Attention] = Registry(
+    "mechanism", build_args=("head_dim", "num_heads", "max_len"), where="kattn.build({name!r})"
+)
+FEATURE_MAPS: Registry[FeatureMap] = Registry("feature map", build_args=("head_dim", "num_heads"))
+ENCODINGS: Registry[RelativePositionBias] = Registry(
+    "relative positional encoding", build_args=("num_heads", "max_len")
+)
 
-_BUILD_ARGS = ("head_dim", "num_heads", "max_len")
+#: spare colours for mechanisms registered without one (a stable pick by name)
+SPARE_COLOURS = ("#bcbd22", "#e377c2", "#c49c94", "#f7b6d2", "#c5b0d5", "#dbdb8d", "#ff9896")
 
 
 def register_mechanism(
@@ -171,29 +289,62 @@ def register_mechanism(
     reference: str,
     complexity: str,
     defaults: Mapping[str, Any] | None = None,
+    approximates: str | None = None,
+    size_option: str | None = None,
+    colour: str | None = None,
 ) -> None:
-    """Register ``cls`` with preset ``defaults`` under ``name`` (raises on a duplicate name)."""
-    MECHANISMS.add(
-        name,
-        _Mechanism(cls, dict(defaults or {}), summary.strip(), reference.strip(), complexity),
+    """Register ``cls`` with preset ``defaults`` as mechanism ``name`` (raises on a duplicate
+    name). Everything the library and its tools know about a mechanism is given here.
+
+    Args:
+        summary: one line for ``kattn list`` and the README's table.
+        reference: the paper (authors, title, venue year).
+        complexity: time and memory in the shape legend (L, M, D, Dv, ...).
+        defaults: the preset options the name fixes.
+        approximates: the exact attention the default form estimates (a name of
+            ``kattn.bench.mechanism_error.EXACT_REFERENCES``, e.g. ``"softmax"``); None if
+            the mechanism is exact or estimates no exact attention.
+        size_option: the option setting its size (``num_features``, ``num_landmarks``, ...),
+            which ``kattn bench speed --features`` sets.
+        colour: its colour in plots (default: a stable pick from :data:`SPARE_COLOURS`).
+    """
+    info = MechanismInfo(
+        summary.strip(), reference.strip(), complexity, approximates, size_option, colour
     )
+    MECHANISMS.register(name, cls, defaults, info=info, module=caller_module())
+
+
+def register_encoding(
+    name: str, cls: type[RelativePositionBias], defaults: Mapping[str, Any] | None = None
+) -> None:
+    """Register ``cls`` (with preset ``defaults``) as ``kernelized(rpe=name)``."""
+    ENCODINGS.register(name, cls, defaults, module=caller_module())
 
 
 def available() -> list[str]:
     """Registered mechanism names, sorted."""
-    return MECHANISMS.names()
+    return MECHANISMS.available()
+
+
+def derived_colour(name: str) -> str:
+    """A stable colour for ``name`` from :data:`SPARE_COLOURS`."""
+    return SPARE_COLOURS[sum(name.encode()) % len(SPARE_COLOURS)]
 
 
 def spec(name: str) -> MechanismSpec:
     """The :class:`MechanismSpec` of mechanism ``name`` with its default options."""
     entry = MECHANISMS.get(name)
+    info: MechanismInfo = entry.info
     flags = entry.cls.capabilities(**entry.defaults)
     return MechanismSpec(
         name=name,
-        summary=entry.summary,
-        reference=entry.reference,
-        complexity=entry.complexity,
+        summary=info.summary,
+        reference=info.reference,
+        complexity=info.complexity,
         defaults=dict(entry.defaults),
+        approximates=info.approximates,
+        size_option=info.size_option,
+        colour=info.colour or derived_colour(name),
         **{flag: bool(flags[flag]) for flag in CAPABILITY_FLAGS},
     )
 
@@ -216,10 +367,6 @@ def build(
         TypeError: an unknown option (the message lists the valid ones), or a bool or number
             option given a value of another type.
     """
-    entry = MECHANISMS.get(name)
-    merged = {**entry.defaults, **options}
-    valid = entry.cls.option_names(merged)
-    if valid is not None:
-        check_options(f"kattn.build({name!r})", options, valid)
-    check_option_types(f"kattn.build({name!r})", merged, entry.cls.option_types(merged))
-    return entry.cls(head_dim=head_dim, num_heads=num_heads, max_len=max_len, **merged)
+    return MECHANISMS.build(
+        name, head_dim=head_dim, num_heads=num_heads, max_len=max_len, **options
+    )

@@ -1,6 +1,7 @@
-"""Attention mechanisms, one module per family; importing registers them."""
+"""Attention mechanisms, one module per family; importing the package imports every module in
+it, which registers its mechanisms."""
 
-from . import learned_kernels as _learned_kernels  # noqa: F401  (registers the presets)
+from ..registry import import_modules
 from .base import Attention
 from .gaussian import GaussianAttention
 from .kernelized import KernelizedAttention
@@ -9,6 +10,10 @@ from .nystromformer import NystromformerAttention
 from .simpletron import SimpletronAttention
 from .skyformer import SkyformerAttention
 from .softmax import SoftmaxAttention
+
+#: the modules of shared machinery, which register nothing (every other module must register)
+SUPPORT_MODULES = ("base",)
+MODULES = import_modules(__name__, __path__)
 
 __all__ = [
     "Attention",

@@ -66,4 +66,5 @@ register_mechanism(
     reference="Chen et al., Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström "
     "Method, NeurIPS 2021",
     complexity="O(Lq·Lk·(D+Dv)) time, O(Lq·Lk) memory",
+    colour="#8c564b",
 )

@@ -113,7 +113,7 @@ class KernelizedAttention(Attention):
         own = super().option_types(options)
         name = options.get("feature_map", "elu")
         if isinstance(name, str) and name in feature_maps.available():
-            fm_cls, _ = FEATURE_MAPS.get(name)
+            fm_cls = FEATURE_MAPS.get(name).cls
             own.update(declared_types(fm_cls.__init__, exclude=("head_dim", "num_heads")))
         rpe = options.get("rpe")
         if isinstance(rpe, str) and rpe in positional.available():
@@ -346,6 +346,7 @@ register_mechanism(
     summary="Kernelized attention with any feature map (feature_map=...); normalised q/k option.",
     reference="Katharopoulos et al., Transformers are RNNs, ICML 2020; Luo et al., NeurIPS 2021",
     complexity="O(L·M·Dv) time and memory; causal chunkwise O(L·C·(M+Dv)); O(M·Dv) per step",
+    colour="#9edae5",
 )
 register_mechanism(
     "nprf_rpe",
@@ -357,6 +358,9 @@ register_mechanism(
     "Positional Encoding, NeurIPS 2021",
     complexity="O(L log L·M·Dv) by FFT, or exact O(L²·(M+Dv)) in blocks of queries (O(L) memory "
     "per block row), whichever is faster; decoding O(t·(M+Dv))",
+    approximates="softmax_unit_qk",
+    size_option="num_features",
+    colour="#2ca02c",
 )
 register_mechanism(
     "prf_rpe",
@@ -368,6 +372,9 @@ register_mechanism(
     "Positional Encoding, NeurIPS 2021",
     complexity="O(L log L·M·Dv) by FFT, or exact O(L²·(M+Dv)) in blocks of queries (O(L) memory "
     "per block row), whichever is faster; decoding O(t·(M+Dv))",
+    approximates="softmax",
+    size_option="num_features",
+    colour="#98df8a",
 )
 register_mechanism(
     "linear",
@@ -376,6 +383,7 @@ register_mechanism(
     summary="Linear attention with φ = elu + 1.",
     reference="Katharopoulos et al., Transformers are RNNs, ICML 2020",
     complexity="O(L·D·Dv) time and memory; O(D·Dv) per recurrent step",
+    colour="#17becf",
 )
 register_mechanism(
     "performer",
@@ -384,6 +392,9 @@ register_mechanism(
     summary="Performer / FAVOR+: positive orthogonal random features estimating softmax.",
     reference="Choromanski et al., Rethinking Attention with Performers, ICLR 2021",
     complexity="O(L·M·(D+Dv)) time, O(L·M + M·Dv) memory; O(M·Dv) per recurrent step",
+    approximates="softmax",
+    size_option="num_features",
+    colour="#1f77b4",
 )
 register_mechanism(
     "rfa",
@@ -392,4 +403,7 @@ register_mechanism(
     summary="Random feature attention: trigonometric random features estimating softmax.",
     reference="Peng et al., Random Feature Attention, ICLR 2021",
     complexity="O(L·M·(D+Dv)) time, O(L·M + M·Dv) memory; O(M·Dv) per recurrent step",
+    approximates="softmax",
+    size_option="num_features",
+    colour="#aec7e8",
 )

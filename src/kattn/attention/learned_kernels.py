@@ -45,6 +45,29 @@ _SPECTRAL = {
     ),
 }
 
+#: plot colours (tab20b / tab20c hues): one hue per spectral family, light for RKS, dark for
+#: PRF; reds and purples for the feed-forward kernels
+_COLOURS = {
+    "gmm_prf": "#393b79",
+    "gmm_rks": "#9c9ede",
+    "fastfood_prf": "#637939",
+    "fastfood_rks": "#b5cf6b",
+    "generative_prf": "#8c6d31",
+    "generative_rks": "#e7ba52",
+    "ffk_linear": "#843c39",
+    "ffk_fcnn": "#ad494a",
+    "ffk_glu": "#d6616b",
+    "ffk_oglu": "#e7969c",
+    "ffk_aoglu": "#7b4173",
+    "ffk_ae": "#a55194",
+    "ffk_vae": "#ce6dbd",
+}
+#: learned frequencies start from N(0, I): the PRF forms estimate softmax up to a small bias
+#: (GMM's random means μ_c ~ U(±1/√D), FastFood's only approximately Gaussian rows); the RKS
+#: forms (cos/sin features of a shift-invariant kernel inside a row-normalised attention) and
+#: the generator's frequencies tanh(g(n)) estimate no exact attention
+_APPROXIMATES = {"gmm_prf": "softmax", "fastfood_prf": "softmax"}
+
 _FEEDFORWARD = {
     "ffk_linear": "Feed-forward kernel φ = softplus(xW), orthogonal init and penalty.",
     "ffk_fcnn": "Feed-forward kernel φ = softplus(FCNN(x)W), orthogonal init and penalty.",
@@ -64,6 +87,9 @@ for _name, (_summary, _complexity) in _SPECTRAL.items():
         summary=_summary,
         reference=_KL,
         complexity=_complexity,
+        approximates=_APPROXIMATES.get(_name),
+        size_option="num_features",
+        colour=_COLOURS[_name],
     )
 
 for _name, _summary in _FEEDFORWARD.items():
@@ -75,4 +101,6 @@ for _name, _summary in _FEEDFORWARD.items():
         reference=_THESIS,
         complexity="O(L·(C + M·Dv)) with C the cost of the per-head network (O(D·M) per "
         "layer); O(M·Dv) per recurrent step",
+        size_option="num_features",
+        colour=_COLOURS[_name],
     )

@@ -103,4 +103,7 @@ register_mechanism(
     "to proj_dim rows (learnable, shareable).",
     reference="Wang et al., Linformer: Self-Attention with Linear Complexity, 2020",
     complexity="O(L·k·(D+Dv)) time, O(L·k) memory (k = proj_dim); needs max_len",
+    approximates="softmax",
+    size_option="proj_dim",
+    colour="#9467bd",
 )

@@ -171,4 +171,7 @@ register_mechanism(
     reference="Xiong et al., Nyströmformer: A Nyström-Based Algorithm for Approximating "
     "Self-Attention, AAAI 2021",
     complexity="O(L·m·(D+Dv) + m³) time, O(L·m + m²) memory (m landmarks)",
+    approximates="softmax",
+    size_option="num_landmarks",
+    colour="#ff7f0e",
 )

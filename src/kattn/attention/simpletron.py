@@ -132,4 +132,5 @@ register_mechanism(
     "thesis, CTU Prague 2022, §4.2",
     complexity="O(L·D·Dv) time, O(L·(D+Dv) + D·Dv) memory; causal chunkwise O(L·C·(D+Dv)); "
     "O(D·Dv) per recurrent step",
+    colour="#e377c2",
 )

@@ -164,4 +164,5 @@ register_mechanism(
     summary="Exact scaled dot-product softmax attention (the reference).",
     reference="Vaswani et al., Attention Is All You Need, NeurIPS 2017",
     complexity="O(L²·D) time; O(L) memory with fused kernels, O(L²) otherwise",
+    colour="#000000",
 )

@@ -1,7 +1,7 @@
 """Benchmarks and comparisons: timing, memory, approximation error against exact softmax."""
 
 from .kernel_error import KERNEL_VARIANTS, KernelRow, KernelVariant, kernel_study
-from .mechanism_error import EXACT_COUNTERPARTS, MechanismRow, mechanism_study
+from .mechanism_error import MechanismRow, mechanism_study
 from .report import build_report, collect
 from .speed import Crossover, SpeedConfig, SpeedRow, crossovers, measure_speed
 from .timing import (
@@ -16,7 +16,6 @@ from .timing import (
 )
 
 __all__ = [
-    "EXACT_COUNTERPARTS",
     "KERNEL_VARIANTS",
     "Crossover",
     "KernelRow",

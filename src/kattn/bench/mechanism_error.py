@@ -3,12 +3,12 @@
 For each approximate registered mechanism (``spec(name).is_exact`` False), built with its
 registered defaults and in ``eval()`` (features and landmarks fixed, a fresh draw per seed),
 and each length L: the relative Frobenius error ``‖Ŷ − Y‖_F / ‖Y‖_F`` of the ``(L, Dv)``
-output of every head against its exact counterpart ``Y`` from :data:`EXACT_COUNTERPARTS`,
-non-causal and (where the mechanism supports it) causal; mean and standard error over
-heads × seeds. q and k have iid ``N(0, σ²)`` entries, v ``N(0, 1)`` entries (the error is
+output of every head against its exact counterpart ``Y`` (the :data:`EXACT_REFERENCES` entry
+its registration names as ``approximates``), non-causal and (where the mechanism supports it)
+causal; mean and standard error over heads × seeds. q and k have iid ``N(0, σ²)`` entries, v ``N(0, 1)`` entries (the error is
 relative, so the scale of v does not matter); mechanisms run in float32, references in float64.
 
-Mechanisms with no exact counterpart (None in the table) are compared with softmax attention
+Mechanisms with no exact counterpart (``approximates`` None) are compared with softmax attention
 for information, marked as such in every output: their error says how far from softmax they
 start, not how well they approximate anything.
 """
@@ -45,45 +45,6 @@ EXACT_REFERENCES: dict[str, Reference] = {
     ),
 }
 
-#: What each approximate mechanism approximates, at its registered defaults and at
-#: initialisation (a name of :data:`EXACT_REFERENCES`), or None where it approximates no
-#: exact mechanism (then it is compared with softmax for information). A mechanism missing
-#: here counts as None.
-EXACT_COUNTERPARTS: dict[str, str | None] = {
-    # random features estimating exp(q·k/√D), so softmax attention
-    "performer": "softmax",  # PRF, orthogonal
-    "rfa": "softmax",  # TRF
-    "prf_rpe": "softmax",  # PRF; the relative bias b is 0 at initialisation (weights e^b = 1)
-    # learned frequencies starting from N(0, I): softmax up to a small bias, from the random
-    # means μ_c ~ U(±1/√D) of GMM and the only approximately Gaussian rows of FastFood
-    "gmm_prf": "softmax",
-    "fastfood_prf": "softmax",
-    # landmarks / projections of softmax attention
-    "nystromformer": "softmax",
-    "linformer": "softmax",
-    # NPRF: PRF on ℓ2-normalised q and k at scale 1, relative bias 0 at initialisation
-    "nprf_rpe": "softmax_unit_qk",
-    # Nyström approximation of unnormalised Gaussian-kernel attention
-    "skyformer": "gaussian",
-    # cos/sin features of a shift-invariant (Gaussian-like) kernel inside a row-normalised
-    # attention: no registered exact mechanism computes that
-    "gmm_rks": None,
-    "fastfood_rks": None,
-    # frequencies tanh(g(n)) from an untrained generator network: no closed-form kernel
-    "generative_prf": None,
-    "generative_rks": None,
-    # deterministic feature maps: elu + 1 (linear; kernelized defaults to it too) and the
-    # learned feed-forward kernels, which define their own attention
-    "linear": None,
-    "kernelized": None,
-    "ffk_linear": None,
-    "ffk_fcnn": None,
-    "ffk_glu": None,
-    "ffk_oglu": None,
-    "ffk_aoglu": None,
-    "ffk_ae": None,
-    "ffk_vae": None,
-}
 #: the reference of the mechanisms without an exact counterpart
 INFORMATION_REFERENCE = "softmax"
 
@@ -95,7 +56,7 @@ def approximate_mechanisms() -> list[str]:
 
 def counterpart(name: str) -> tuple[str, bool]:
     """``(reference, is its exact counterpart)`` for mechanism ``name``."""
-    reference = EXACT_COUNTERPARTS.get(name)
+    reference = registry.spec(name).approximates
     return (INFORMATION_REFERENCE, False) if reference is None else (reference, True)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..registry import MECHANISMS, available, build, spec
+from ..registry import available, build, spec
 from .growth import Growth, time_growth
 from .timing import Rounds, interleaved_rounds, peak_memory_bytes
 
@@ -39,8 +39,6 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 #: largest relative error of output and gradients against the float64 reference, per dtype
 #: (signed feature maps such as trf lose about 3e-3 to rounding in float32; bugs give > 0.1)
 CHECK_TOLERANCE = {"float64": 1e-6, "float32": 1e-2, "float16": 5e-2, "bfloat16": 1e-1}
-#: the option each family calls its approximation size (M features, landmarks, projected rows)
-SIZE_OPTIONS = ("num_features", "num_landmarks", "proj_dim")
 BASELINE = "softmax"
 
 
@@ -106,12 +104,9 @@ class SpeedRow:
 
 
 def size_options(name: str, features: int | None) -> dict[str, Any]:
-    """``{option: features}`` for the size option mechanism ``name`` accepts (none: {})."""
-    if features is None:
-        return {}
-    entry = MECHANISMS.get(name)
-    valid = entry.cls.option_names(entry.defaults) or []
-    return {key: features for key in SIZE_OPTIONS if key in valid}
+    """``{option: features}`` for the size option mechanism ``name`` registered (none: {})."""
+    option = spec(name).size_option
+    return {} if features is None or option is None else {option: features}
 
 
 def unsupported(name: str, config: SpeedConfig) -> str | None:

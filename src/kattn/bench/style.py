@@ -5,45 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-#: fixed colours (matplotlib's tab20 and tab10 hues) so a mechanism is recognisable across plots
-MECHANISM_COLORS = {
-    "softmax": "#000000",
-    "softmax (materialised)": "#7f7f7f",
-    "performer": "#1f77b4",
-    "rfa": "#aec7e8",
-    "linear": "#17becf",
-    "kernelized": "#9edae5",
-    "nprf_rpe": "#2ca02c",
-    "prf_rpe": "#98df8a",
-    "gaussian": "#8c564b",
-    "skyformer": "#d62728",
-    "nystromformer": "#ff7f0e",
-    "linformer": "#9467bd",
-    "simpletron": "#e377c2",
-    # learned kernels (tab20b hues): one hue per family, light for RKS, dark for PRF
-    "gmm_prf": "#393b79",
-    "gmm_rks": "#9c9ede",
-    "fastfood_prf": "#637939",
-    "fastfood_rks": "#b5cf6b",
-    "generative_prf": "#8c6d31",
-    "generative_rks": "#e7ba52",
-    # feed-forward kernels (tab20b / tab20c hues)
-    "ffk_linear": "#843c39",
-    "ffk_fcnn": "#ad494a",
-    "ffk_glu": "#d6616b",
-    "ffk_oglu": "#e7969c",
-    "ffk_aoglu": "#7b4173",
-    "ffk_ae": "#a55194",
-    "ffk_vae": "#ce6dbd",
-}
-_FALLBACK = ("#bcbd22", "#e377c2", "#c49c94", "#f7b6d2", "#c5b0d5", "#dbdb8d", "#ff9896")
+from ..registry import MECHANISMS, derived_colour, spec
+
+#: colours of plot lines that are not registered mechanisms (a mechanism's colour is part of
+#: its registration: ``kattn.spec(name).colour``)
+EXTRA_COLOURS = {"softmax (materialised)": "#7f7f7f"}
 
 
 def mechanism_color(name: str) -> str:
-    """The colour of ``name`` (a stable pick from a spare palette for unlisted names)."""
-    if name in MECHANISM_COLORS:
-        return MECHANISM_COLORS[name]
-    return _FALLBACK[sum(name.encode()) % len(_FALLBACK)]
+    """The colour of ``name``: its registered colour, or a stable pick from a spare palette."""
+    if name in EXTRA_COLOURS:
+        return EXTRA_COLOURS[name]
+    return spec(name).colour if name in MECHANISMS else derived_colour(name)
 
 
 def pyplot() -> Any:

@@ -4,19 +4,14 @@
 ``kattn.build("kernelized", feature_map=NAME, **its_options)``.
 """
 
-from . import fastfood as _fastfood  # noqa: F401  (registers fastfood_rks, fastfood_prf)
-from . import feedforward as _feedforward  # noqa: F401  (registers ffk_linear … ffk_aoglu)
-from . import feedforward_autoencoders as _autoencoders  # noqa: F401  (ffk_ae, ffk_vae)
-from . import generative as _generative  # noqa: F401  (registers generative_rks, generative_prf)
-from . import random_features as _random_features  # noqa: F401  (registers prf, trf)
-from . import simple as _simple  # noqa: F401  (registers elu, relu, identity)
-from . import spectral as _spectral  # noqa: F401  (registers gmm_rks, gmm_prf)
+from ..registry import import_modules
 from .base import (
     FeatureMap,
     Features,
     ResampledFeatureMap,
     available,
     build,
+    get,
     option_names,
     register_feature_map,
 )
@@ -33,6 +28,10 @@ from .generative import GenerativeFeatures
 from .random_features import PositiveRandomFeatures, RandomFeatureMap, TrigonometricRandomFeatures
 from .simple import EluFeatureMap, IdentityFeatureMap, ReluFeatureMap
 from .spectral import GaussianMixtureFeatures, SpectralFeatureMap
+
+#: the modules of shared machinery, which register nothing (every other module must register)
+SUPPORT_MODULES = ("base", "sampling")
+MODULES = import_modules(__name__, __path__)
 
 __all__ = [
     "ApproximatedGLUFeedforwardKernel",
@@ -57,6 +56,7 @@ __all__ = [
     "VariationalFeedforwardKernel",
     "available",
     "build",
+    "get",
     "option_names",
     "register_feature_map",
 ]

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from ..registry import Registry, check_options, keyword_parameters
+from ..registry import FEATURE_MAPS, caller_module
 
 
 class Features(NamedTuple):
@@ -161,29 +161,29 @@ def replace_buffer(module: nn.Module, name: str, value: Tensor) -> None:
     setattr(module, name, value.to(device=old.device, dtype=old.dtype))
 
 
-FEATURE_MAPS: Registry[tuple[type[FeatureMap], Mapping[str, Any]]] = Registry("feature map")
-
-
 def register_feature_map(
     name: str, cls: type[FeatureMap], defaults: Mapping[str, Any] | None = None
 ) -> None:
     """Register ``cls`` (with preset ``defaults``) as ``feature_map=name``."""
-    FEATURE_MAPS.add(name, (cls, dict(defaults or {})))
+    FEATURE_MAPS.register(name, cls, defaults, module=caller_module())
 
 
 def available() -> list[str]:
     """Registered feature-map names, sorted."""
-    return FEATURE_MAPS.names()
+    return FEATURE_MAPS.available()
+
+
+def get(name: str) -> type[FeatureMap]:
+    """The class registered as ``name`` (``ValueError`` naming the valid ones otherwise)."""
+    return FEATURE_MAPS.get(name).cls
 
 
 def option_names(name: str) -> list[str]:
     """The options feature map ``name`` accepts."""
-    cls, _ = FEATURE_MAPS.get(name)
-    return keyword_parameters(cls.__init__, exclude=("head_dim", "num_heads", *cls.fixed_options))
+    return FEATURE_MAPS.option_names(name) or []
 
 
 def build(name: str, *, head_dim: int, num_heads: int, **options: Any) -> FeatureMap:
-    """Build feature map ``name``; unknown options raise ``TypeError`` naming the valid ones."""
-    cls, defaults = FEATURE_MAPS.get(name)
-    check_options(f"feature map {name!r}", options, option_names(name))
-    return cls(head_dim=head_dim, num_heads=num_heads, **{**defaults, **options})
+    """Build feature map ``name``; unknown options, and bool or number options of another
+    type, raise ``TypeError`` naming the option."""
+    return FEATURE_MAPS.build(name, head_dim=head_dim, num_heads=num_heads, **options)

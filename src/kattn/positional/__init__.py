@@ -8,38 +8,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..registry import (
-    Registry,
-    check_option_types,
-    check_options,
-    declared_types,
-    keyword_parameters,
-)
+from ..registry import ENCODINGS, import_modules, register_encoding
 from .base import RelativePositionBias
 from .bucketed import BucketedBias, t5_buckets
 from .decay import DecayBias
 from .toeplitz import Toeplitz2dBias, ToeplitzBias
 
-ENCODINGS: Registry[type[RelativePositionBias]] = Registry("relative positional encoding")
-ENCODINGS.add("toeplitz", ToeplitzBias)
-ENCODINGS.add("bucketed", BucketedBias)
-ENCODINGS.add("decay", DecayBias)
-ENCODINGS.add("toeplitz2d", Toeplitz2dBias)
+#: the modules of shared machinery, which register nothing (every other module must register)
+SUPPORT_MODULES = ("base",)
+MODULES = import_modules(__name__, __path__)
 
 
 def available() -> list[str]:
     """Registered encoding names, sorted."""
-    return ENCODINGS.names()
+    return ENCODINGS.available()
 
 
 def get(name: str) -> type[RelativePositionBias]:
     """The class registered as ``name`` (``ValueError`` naming the valid ones otherwise)."""
-    return ENCODINGS.get(name)
+    return ENCODINGS.get(name).cls
 
 
 def option_names(name: str) -> list[str]:
     """The options encoding ``name`` accepts (besides ``num_heads`` and ``max_len``)."""
-    return keyword_parameters(get(name).__init__, exclude=("num_heads", "max_len"))
+    return ENCODINGS.option_names(name) or []
 
 
 def build(
@@ -47,11 +39,7 @@ def build(
 ) -> RelativePositionBias:
     """Build encoding ``name`` with per-head parameters; unknown options, and bool or number
     options of another type, raise ``TypeError``."""
-    cls = get(name)
-    where = f"relative positional encoding {name!r}"
-    check_options(where, options, option_names(name))
-    check_option_types(where, options, declared_types(cls.__init__))
-    return cls(num_heads=num_heads, max_len=max_len, **options)
+    return ENCODINGS.build(name, num_heads=num_heads, max_len=max_len, **options)
 
 
 __all__ = [
@@ -64,5 +52,6 @@ __all__ = [
     "build",
     "get",
     "option_names",
+    "register_encoding",
     "t5_buckets",
 ]

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from ..functional.banded import banded_linear_attention
 from ..functional.banded_step import BandedState
-from ..registry import check_option_types
+from ..registry import check_option_types, register_encoding
 from .base import RelativePositionBias, WindowDecoding
 
 
@@ -133,3 +133,6 @@ def _start_of_last_run(values: Tensor) -> int:
     """1 + the index where the final run of equal values starts (offsets count from 1)."""
     differs = (values != values[-1]).nonzero()
     return 1 if differs.numel() == 0 else int(differs[-1]) + 2
+
+
+register_encoding("bucketed", BucketedBias)

@@ -18,6 +18,7 @@ from ..functional.decay import (
 )
 from ..functional.linear_causal import LinearState
 from ..functional.numerics import DEFAULT_EPS
+from ..registry import register_encoding
 from .base import RelativePositionBias
 
 
@@ -114,3 +115,6 @@ class DecayBias(RelativePositionBias):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, decay_terms={self.decay_terms}"
+
+
+register_encoding("decay", DecayBias)

@@ -15,6 +15,7 @@ from ..functional.toeplitz2d import (
     rpe2d_linear_attention_fft,
     toeplitz2d_dense_log,
 )
+from ..registry import register_encoding
 from .base import RelativePositionBias, WindowDecoding
 
 
@@ -114,3 +115,7 @@ class Toeplitz2dBias(RelativePositionBias):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, grid={self.grid}"
+
+
+register_encoding("toeplitz", ToeplitzBias)
+register_encoding("toeplitz2d", Toeplitz2dBias)
