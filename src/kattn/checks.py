@@ -1,0 +1,54 @@
+"""Argument checks shared by every module: positive ints, positive reals, bools.
+
+Each returns the value it checked (so ``self.n = positive_int("n", n)`` reads in one line) and
+raises an error that names the argument and shows the value it got.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+
+def is_positive_int(value: object) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least 1."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def positive_int(name: str, value: object) -> int:
+    """``value`` if it is a positive int (not a bool), else ``ValueError``."""
+    if not is_positive_int(value):
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def positive_int_or_none(name: str, value: object) -> int | None:
+    """``value`` if it is None or a positive int (not a bool), else ``ValueError``."""
+    if value is not None and not is_positive_int(value):
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def is_positive_real(value: object) -> bool:
+    """Whether ``value`` is a real number (not a bool) above 0 (NaN is not)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value) > 0
+
+
+def positive_float(name: str, value: object) -> float:
+    """``value`` as a float if it is a real number > 0 (not a bool), else ``ValueError``."""
+    if not is_positive_real(value):
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
+
+
+def positive_float_or_none(name: str, value: object) -> float | None:
+    """``value`` as a float if it is None or a real number > 0, else ``ValueError``."""
+    if value is not None and not is_positive_real(value):
+        raise ValueError(f"{name} must be positive or None, got {value!r}")
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def boolean(name: str, value: object) -> bool:
+    """``value`` if it is True or False (not 0, 1 or a string), else ``TypeError``."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
+    return value
