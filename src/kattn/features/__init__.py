@@ -15,7 +15,7 @@ from .base import (
     option_names,
     register_feature_map,
 )
-from .fastfood import FastFoodFeatures
+from .fastfood import FastFoodFeatures, FastFoodPRF, FastFoodRKS
 from .feedforward import (
     ApproximatedGLUFeedforwardKernel,
     FCNNFeedforwardKernel,
@@ -24,10 +24,17 @@ from .feedforward import (
     LinearFeedforwardKernel,
 )
 from .feedforward_autoencoders import AutoencoderFeedforwardKernel, VariationalFeedforwardKernel
-from .generative import GenerativeFeatures
+from .generative import GenerativeFeatures, GenerativePRF, GenerativeRKS
 from .random_features import PositiveRandomFeatures, RandomFeatureMap, TrigonometricRandomFeatures
 from .simple import EluFeatureMap, IdentityFeatureMap, ReluFeatureMap
-from .spectral import GaussianMixtureFeatures, SpectralFeatureMap
+from .spectral import (
+    GaussianMixtureFeatures,
+    GaussianMixturePRF,
+    GaussianMixtureRKS,
+    SpectralFeatureMap,
+    SpectralPRF,
+    SpectralRKS,
+)
 
 #: the modules of shared machinery, which register nothing (every other module must register)
 SUPPORT_MODULES = ("base", "sampling")
@@ -39,12 +46,18 @@ __all__ = [
     "EluFeatureMap",
     "FCNNFeedforwardKernel",
     "FastFoodFeatures",
+    "FastFoodPRF",
+    "FastFoodRKS",
     "FeatureMap",
     "Features",
     "FeedforwardKernel",
     "GLUFeedforwardKernel",
     "GaussianMixtureFeatures",
+    "GaussianMixturePRF",
+    "GaussianMixtureRKS",
     "GenerativeFeatures",
+    "GenerativePRF",
+    "GenerativeRKS",
     "IdentityFeatureMap",
     "LinearFeedforwardKernel",
     "PositiveRandomFeatures",
@@ -52,6 +65,8 @@ __all__ = [
     "ReluFeatureMap",
     "ResampledFeatureMap",
     "SpectralFeatureMap",
+    "SpectralPRF",
+    "SpectralRKS",
     "TrigonometricRandomFeatures",
     "VariationalFeedforwardKernel",
     "available",

@@ -28,20 +28,21 @@ from torch import Tensor, nn
 
 from ..functional.hadamard import hadamard_transform, next_power_of_two
 from .base import check_positive_int, register_feature_map, replace_buffer
-from .spectral import SpectralFeatureMap, upcast
+from .spectral import SpectralFeatureMap, SpectralPRF, SpectralRKS, upcast
 
 #: ``learn`` options: which diagonals are learned parameters.
 LEARN = {"sgb": ("scaling", "gaussian", "signs"), "s": ("scaling",), "none": ()}
 
 
 class FastFoodFeatures(SpectralFeatureMap):
-    """FastFood frequencies ``V = S H G Π H B / (σ√d)`` in blocks, per head.
+    """FastFood frequencies ``V = S H G Π H B / (σ√d)`` in blocks, per head; the forms are
+    :class:`FastFoodRKS` and :class:`FastFoodPRF`.
 
     Args:
         num_features: M frequencies (Table 5: 64 for ListOps with d = 64, one block).
         learn: ``"sgb"``, ``"s"`` or ``"none"``.
         sigma: σ, the bandwidth of the kernel at the initial density.
-        form, resample_every, generator: see :class:`~kattn.features.spectral.SpectralFeatureMap`.
+        resample_every, generator: see :class:`~kattn.features.spectral.SpectralFeatureMap`.
     """
 
     permutation: Tensor
@@ -54,7 +55,6 @@ class FastFoodFeatures(SpectralFeatureMap):
         *,
         head_dim: int,
         num_heads: int,
-        form: str,
         num_features: int = 64,
         learn: str = "sgb",
         sigma: float = 1.0,
@@ -64,7 +64,6 @@ class FastFoodFeatures(SpectralFeatureMap):
         super().__init__(
             head_dim=head_dim,
             num_heads=num_heads,
-            form=form,
             num_features=num_features,
             resample_every=resample_every,
             generator=generator,
@@ -84,10 +83,6 @@ class FastFoodFeatures(SpectralFeatureMap):
                 setattr(self, name, nn.Parameter(value))
             else:
                 self.register_buffer(name, value)
-
-    @property
-    def num_frequencies(self) -> int:
-        return self.samples
 
     def _draw(self) -> dict[str, Tensor]:
         shape = (self.num_heads, self.blocks, self.block)
@@ -131,5 +126,13 @@ class FastFoodFeatures(SpectralFeatureMap):
         return f"{super().extra_repr()}, learn={self.learn!r}, sigma={self.sigma:g}"
 
 
-register_feature_map("fastfood_rks", FastFoodFeatures, {"form": "rks"})
-register_feature_map("fastfood_prf", FastFoodFeatures, {"form": "prf"})
+class FastFoodRKS(SpectralRKS, FastFoodFeatures):
+    """FastFood-RKS (KL-Transformer eq. 6): ``[cos(Vx), sin(Vx)] / √M``, 2M features."""
+
+
+class FastFoodPRF(SpectralPRF, FastFoodFeatures):
+    """FastFood-PRF (KL-Transformer eq. 12): ``exp(Vx − ‖x‖²/2) / √M``, M features."""
+
+
+register_feature_map("fastfood_rks", FastFoodRKS)
+register_feature_map("fastfood_prf", FastFoodPRF)

@@ -16,11 +16,12 @@ import torch
 from torch import Tensor, nn
 
 from .base import check_positive_int, register_feature_map, replace_buffer
-from .spectral import SpectralFeatureMap, upcast
+from .spectral import SpectralFeatureMap, SpectralPRF, SpectralRKS, upcast
 
 
 class GenerativeFeatures(SpectralFeatureMap):
-    """Frequencies from a generator network ``g: R^D → (−1, 1)^D``.
+    """Frequencies from a generator network ``g: R^D → (−1, 1)^D``; the forms are
+    :class:`GenerativeRKS` and :class:`GenerativePRF`.
 
     Args:
         num_features: M frequencies per head (Table 5 for ListOps: 256 for ``rks``, 128 for
@@ -28,7 +29,7 @@ class GenerativeFeatures(SpectralFeatureMap):
         hidden_dim: width of the generator's hidden layers (default 4·D, the released code's
             width).
         layers: hidden fully connected layers with batch normalisation and LeakyReLU (4).
-        form, resample_every, generator: see :class:`~kattn.features.spectral.SpectralFeatureMap`.
+        resample_every, generator: see :class:`~kattn.features.spectral.SpectralFeatureMap`.
     """
 
     noise: Tensor
@@ -38,7 +39,6 @@ class GenerativeFeatures(SpectralFeatureMap):
         *,
         head_dim: int,
         num_heads: int,
-        form: str,
         num_features: int = 256,
         hidden_dim: int | None = None,
         layers: int = 4,
@@ -48,7 +48,6 @@ class GenerativeFeatures(SpectralFeatureMap):
         super().__init__(
             head_dim=head_dim,
             num_heads=num_heads,
-            form=form,
             num_features=num_features,
             resample_every=resample_every,
             generator=generator,
@@ -77,10 +76,6 @@ class GenerativeFeatures(SpectralFeatureMap):
                     nn.init.zeros_(module.bias)
         self.register_buffer("noise", self._draw())
 
-    @property
-    def num_frequencies(self) -> int:
-        return self.samples
-
     def _draw(self) -> Tensor:
         shape = (self.num_heads * self.samples, self.head_dim)
         return torch.randn(shape, generator=self.generator)
@@ -106,5 +101,13 @@ class GenerativeFeatures(SpectralFeatureMap):
         return f"{super().extra_repr()}, hidden_dim={self.hidden_dim}, layers={self.layers}"
 
 
-register_feature_map("generative_rks", GenerativeFeatures, {"form": "rks", "num_features": 256})
-register_feature_map("generative_prf", GenerativeFeatures, {"form": "prf", "num_features": 128})
+class GenerativeRKS(SpectralRKS, GenerativeFeatures):
+    """Generative-RKS (KL-Transformer eq. 7): ``[cos(Ωx), sin(Ωx)] / √M``, 2M features."""
+
+
+class GenerativePRF(SpectralPRF, GenerativeFeatures):
+    """Generative-PRF (KL-Transformer eq. 11): ``exp(Ωx − ‖x‖²/2) / √M``, M features."""
+
+
+register_feature_map("generative_rks", GenerativeRKS, {"num_features": 256})
+register_feature_map("generative_prf", GenerativePRF, {"num_features": 128})
