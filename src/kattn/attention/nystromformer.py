@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..functional.nystrom import nystromformer_attention, nystromformer_attention_reference
+from ..functional.nystrom import (
+    nystromformer_attention,
+    nystromformer_attention_reference,
+    nystromformer_conv_skip,
+    nystromformer_conv_skip_reference,
+)
 from ..functional.softmax import softmax_attention, softmax_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
@@ -104,9 +108,7 @@ class NystromformerAttention(Attention):
             )
         if self.conv is not None:
             self._check_conv_lengths(lq, lk)
-            size = self.conv.shape[2]
-            skip = F.conv2d(v, self.conv.to(v.dtype), padding=(size // 2, 0), groups=self.num_heads)
-            out = out + skip
+            out = out + nystromformer_conv_skip(v, self.conv)
         return out
 
     def _reference(
@@ -130,15 +132,7 @@ class NystromformerAttention(Attention):
             )
         if self.conv is None:
             return out
-        # the depthwise convolution as a banded (L, L) matrix per head:
-        # skip_i = Σ_j w[j − i + size//2] v_j over the offsets the filter covers
-        size = self.conv.shape[2]
-        positions = torch.arange(lk, device=v.device)
-        tap = positions[None, :] - positions[:, None] + size // 2  # (L, L)
-        inside = (tap >= 0) & (tap < size)
-        weights = self.conv[:, 0, :, 0].to(v.dtype)  # (H, size)
-        band = weights[:, tap.clamp(0, size - 1)] * inside  # (H, L, L)
-        return out + torch.einsum("hij,bhjd->bhid", band, v)
+        return out + nystromformer_conv_skip_reference(v, self.conv)
 
     def _check_conv_lengths(self, lq: int, lk: int) -> None:
         if lq != lk:

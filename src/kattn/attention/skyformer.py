@@ -7,30 +7,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..functional.numerics import accumulation_dtype
-from ..functional.nystrom import PINV_INITS, skyformer_attention
-from ..functional.pinv import iterative_pinv
+from ..functional.nystrom import (
+    PINV_INITS,
+    skyformer_attention,
+    skyformer_attention_reference,
+    skyformer_landmarks,
+)
 from ..registry import register_mechanism
 from .base import Attention
-
-
-def _uniform_rows(allowed: Tensor | None, u: Tensor, length: int) -> Tensor:
-    """Row indices ``(B, count)`` for uniforms ``u (B, count)`` in [0, 1): the r-th of the
-    ``allowed (B, L)`` rows for ``r = ⌊u·n_allowed⌋`` (all L rows when None, or when a batch row
-    has none), so the draws are the same with no mask and with a mask that allows everything."""
-    if allowed is None:
-        return (u * length).long().clamp_(max=length - 1)
-    n_ok = allowed.sum(dim=1, keepdim=True)
-    n_ok = torch.where(n_ok == 0, length, n_ok)
-    r = (u * n_ok).long().minimum(n_ok - 1)  # the r-th allowed row (0-based)
-    cum = torch.where(allowed.any(dim=1, keepdim=True), allowed, True).long().cumsum(dim=1)
-    return torch.searchsorted(cum, r + 1)
-
-
-def _gaussian_matrix(x: Tensor, y: Tensor) -> Tensor:
-    """``exp(−‖x_i − y_j‖² / 2√D)``, ``(..., Lx, Ly)``: the kernel κ(x/D^¼, y/D^¼)."""
-    dist2 = x.square().sum(-1)[..., :, None] + y.square().sum(-1)[..., None, :] - 2 * x @ y.mT
-    return torch.exp(-0.5 * x.shape[-1] ** -0.5 * dist2.clamp_min(0.0))
 
 
 class SkyformerAttention(Attention):
@@ -108,32 +92,21 @@ class SkyformerAttention(Attention):
     def landmarks(
         self, batch: int, lq: int, lk: int, key_padding_mask: Tensor | None, device: Any
     ) -> tuple[Tensor, Tensor]:
-        """Landmark indices ``(B, S)`` into ``[Q; K]`` and their validity ``(B, S)``."""
-        keys_ok = torch.ones(batch, lk, dtype=torch.bool, device=device)
-        if key_padding_mask is not None:
-            keys_ok = ~key_padding_mask
-        queries_ok = keys_ok if lq == lk else torch.ones(batch, lq, dtype=torch.bool, device=device)
-        valid = torch.cat([queries_ok, keys_ok], dim=1)  # (B, Lq+Lk)
-        if lq + lk <= self.num_landmarks:  # every row
-            index = torch.arange(lq + lk, device=device).expand(batch, -1)
-            return index, valid
-        n_q = self.num_landmarks // 2
-        counts = (n_q, self.num_landmarks - n_q)
-        if self.training:  # a fresh draw for every example
-            draws = [torch.rand(batch, n, device=device) for n in counts]
-        else:  # one draw from the module's seed for every example (see the class docstring)
-            g = torch.Generator().manual_seed(int(self.landmark_seed))
-            draws = [torch.rand(1, n, generator=g).to(device).expand(batch, n) for n in counts]
-        padded = key_padding_mask is not None
-        parts = [
-            _uniform_rows(rows if padded else None, u, length) + start
-            for rows, u, length, start in (
-                (queries_ok, draws[0], lq, 0),
-                (keys_ok, draws[1], lk, lq),
-            )
-        ]
-        index = torch.cat(parts, dim=1)
-        return index, valid.gather(1, index)
+        """Landmark indices ``(B, S)`` into ``[Q; K]`` and their validity ``(B, S)``
+        (:func:`kattn.functional.skyformer_landmarks`), from this call's uniforms."""
+        uniforms = None
+        if lq + lk > self.num_landmarks:  # else every row is a landmark
+            n_q = self.num_landmarks // 2
+            counts = (n_q, self.num_landmarks - n_q)
+            if self.training:  # a fresh draw for every example
+                draws = [torch.rand(batch, n, device=device) for n in counts]
+            else:  # one draw from the module's seed for every example (see the class docstring)
+                g = torch.Generator().manual_seed(int(self.landmark_seed))
+                draws = [torch.rand(1, n, generator=g).to(device).expand(batch, n) for n in counts]
+            uniforms = (draws[0], draws[1])
+        return skyformer_landmarks(
+            batch, lq, lk, uniforms, key_padding_mask=key_padding_mask, device=device
+        )
 
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
@@ -154,37 +127,18 @@ class SkyformerAttention(Attention):
     def _reference(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        """``C̄_{Q,S} (C̄_{S,S} + γI)^{-1} C̄_{S,K} V`` with the three kernels as explicit
-        matrices from squared distances, the landmarks of :meth:`landmarks`, and the inverse
-        formed as a matrix: ``D^{-½} pinv(D^{-½}(C̄_{S,S} + γI)D^{-½}) D^{-½}`` by the same
-        hyper-power iteration that defines the forward's output (D the row sums; Skyformer's
-        preconditioning), or ``torch.linalg.inv`` when ``pinv_iterations`` is None."""
-        acc = accumulation_dtype(v.dtype)
-        b, h, lq, d = q.shape
-        xq, xk, vv = q.to(acc), k.to(acc), v.to(acc)
-        index, ok = self.landmarks(b, lq, k.shape[2], key_padding_mask, q.device)
-        if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, :, None]
-            xk, vv = xk.masked_fill(pad, 0.0), vv.masked_fill(pad, 0.0)
-            if lq == k.shape[2]:  # self-attention: padded positions are padded queries too
-                xq = xq.masked_fill(pad, 0.0)
-        x = torch.cat([xq, xk], dim=2)  # [Q; K], (B, H, Lq+Lk, D)
-        xs = x.gather(2, index[:, None, :, None].expand(b, h, -1, d))  # (B, H, S, D)
-        keep = ok[:, None, :, None].to(acc)  # (B, 1, S, 1): landmarks that count
-        c_qs = _gaussian_matrix(xq, xs) * keep.transpose(-1, -2)  # (B, H, Lq, S)
-        c_sk = _gaussian_matrix(xs, xk) * keep  # (B, H, S, Lk)
-        eye = torch.eye(xs.shape[2], device=xs.device, dtype=acc)
-        # ignored landmarks get an identity block that touches nothing else
-        core = _gaussian_matrix(xs, xs) * keep * keep.transpose(-1, -2) + eye * (1 - keep)
-        core = core + self.gamma * eye  # (B, H, S, S)
-        if self.pinv_iterations is None:
-            inverse = torch.linalg.inv(core)
-        else:
-            d_half = core.sum(dim=-1, keepdim=True).rsqrt()  # (B, H, S, 1)
-            pre = d_half * core * d_half.transpose(-1, -2)
-            inverse = d_half * iterative_pinv(pre, self.pinv_iterations, init=self.pinv_init)
-            inverse = inverse * d_half.transpose(-1, -2)
-        return (c_qs @ inverse @ c_sk @ vv).to(v.dtype)
+        index, ok = self.landmarks(q.shape[0], q.shape[2], k.shape[2], key_padding_mask, q.device)
+        return skyformer_attention_reference(
+            q,
+            k,
+            v,
+            index,
+            landmark_mask=None if key_padding_mask is None else ok,
+            key_padding_mask=key_padding_mask,
+            gamma=self.gamma,
+            iterations=self.pinv_iterations,
+            init=self.pinv_init,
+        )
 
     def extra_repr(self) -> str:
         return (

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .gaussian import gaussian_kernel, gaussian_product
@@ -17,9 +18,74 @@ __all__ = [
     "iterative_pinv_solve",
     "nystromformer_attention",
     "nystromformer_attention_reference",
+    "nystromformer_conv_skip",
+    "nystromformer_conv_skip_reference",
     "segment_means",
     "skyformer_attention",
+    "skyformer_attention_reference",
+    "skyformer_landmarks",
 ]
+
+
+def skyformer_landmarks(
+    batch: int,
+    lq: int,
+    lk: int,
+    uniforms: tuple[Tensor, Tensor] | None,
+    *,
+    key_padding_mask: Tensor | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Skyformer's landmarks (Chen et al. 2021 §4.2): rows of ``[Q; K]`` drawn uniformly with
+    replacement, given as indices ``(B, S)`` into its ``Lq + Lk`` rows and their validity.
+
+    ``uniforms = (u_q (B, Sq), u_k (B, Sk))`` in [0, 1) pick, for ``r = ⌊u·n⌋``, the r-th of
+    the n allowed query rows and of the n allowed key rows (S = Sq + Sk); None makes every row
+    a landmark (S = Lq + Lk). Allowed keys are the non-padded ones; with Lq == Lk
+    (self-attention) the padding mask marks padded queries too. A batch row with no allowed
+    row draws among all its rows (those landmarks are then invalid), so the same uniforms
+    give the same landmarks with no mask and with a mask that allows everything.
+
+    Args:
+        batch: B; lq, lk: the lengths Lq and Lk.
+        uniforms: ``(u_q, u_k)``, or None for every row.
+        key_padding_mask: ``(B, Lk)`` bool, True marks padding.
+        device: of the indices when there is no mask.
+
+    Returns:
+        The indices ``(B, S)`` and their validity ``(B, S)`` bool (False: a padded row).
+    """
+    keys_ok = torch.ones(batch, lk, dtype=torch.bool, device=device)
+    if key_padding_mask is not None:
+        keys_ok = ~key_padding_mask
+    queries_ok = keys_ok if lq == lk else torch.ones(batch, lq, dtype=torch.bool, device=device)
+    valid = torch.cat([queries_ok, keys_ok], dim=1)  # (B, Lq+Lk)
+    if uniforms is None:  # every row
+        index = torch.arange(lq + lk, device=device).expand(batch, -1)
+        return index, valid
+    padded = key_padding_mask is not None
+    parts = [
+        _uniform_rows(rows if padded else None, u, length) + start
+        for rows, u, length, start in (
+            (queries_ok, uniforms[0], lq, 0),
+            (keys_ok, uniforms[1], lk, lq),
+        )
+    ]
+    index = torch.cat(parts, dim=1)
+    return index, valid.gather(1, index)
+
+
+def _uniform_rows(allowed: Tensor | None, u: Tensor, length: int) -> Tensor:
+    """Row indices ``(B, count)`` for uniforms ``u (B, count)`` in [0, 1): the r-th of the
+    ``allowed (B, L)`` rows for ``r = ⌊u·n_allowed⌋`` (all L rows when None, or when a batch row
+    has none), so the draws are the same with no mask and with a mask that allows everything."""
+    if allowed is None:
+        return (u * length).long().clamp_(max=length - 1)
+    n_ok = allowed.sum(dim=1, keepdim=True)
+    n_ok = torch.where(n_ok == 0, length, n_ok)
+    r = (u * n_ok).long().minimum(n_ok - 1)  # the r-th allowed row (0-based)
+    cum = torch.where(allowed.any(dim=1, keepdim=True), allowed, True).long().cumsum(dim=1)
+    return torch.searchsorted(cum, r + 1)
 
 
 @without_autocast
@@ -94,6 +160,55 @@ def skyformer_attention(
     if keep is not None:
         weights = weights * keep
     return gaussian_product(xq, xs, weights, scale=scale).to(v.dtype)
+
+
+def skyformer_attention_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    landmarks: Tensor,
+    *,
+    landmark_mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    gamma: float = 0.1,
+    iterations: int | None = 6,
+    init: str = "identity",
+) -> Tensor:
+    """:func:`skyformer_attention` with explicit matrices (slow; for tests): ``[Q; K]`` formed
+    and its landmark rows S gathered, the kernels ``C̄_{Q,S}``, ``C̄_{S,S}``, ``C̄_{S,K}`` as
+    matrices, and the inverse formed as a matrix: ``D^{-½} pinv(D^{-½}(C̄_{S,S} + γI)D^{-½})
+    D^{-½}`` by the same hyper-power iteration that defines the fast output (D the row sums;
+    Skyformer's preconditioning), or ``torch.linalg.inv`` when ``iterations`` is None.
+
+    Arguments and result as for :func:`skyformer_attention`.
+    """
+    acc = accumulation_dtype(v.dtype)
+    b, h, lq, d = q.shape
+    scale = d**-0.25
+    xq, xk, vv = q.to(acc), k.to(acc), v.to(acc)
+    if key_padding_mask is not None:
+        pad = key_padding_mask[:, None, :, None]
+        xk, vv = xk.masked_fill(pad, 0.0), vv.masked_fill(pad, 0.0)
+        if lq == k.shape[2]:  # self-attention: padded positions are padded queries too
+            xq = xq.masked_fill(pad, 0.0)
+    x = torch.cat([xq, xk], dim=2)  # [Q; K], (B, H, Lq+Lk, D)
+    xs = x.gather(2, landmarks[:, None, :, None].expand(b, h, -1, d))  # (B, H, S, D)
+    ok = torch.ones_like(landmarks, dtype=torch.bool) if landmark_mask is None else landmark_mask
+    keep = ok[:, None, :, None].to(acc)  # (B, 1, S, 1): landmarks that count
+    c_qs = gaussian_kernel(xq, xs, scale=scale) * keep.transpose(-1, -2)  # (B, H, Lq, S)
+    c_sk = gaussian_kernel(xs, xk, scale=scale) * keep  # (B, H, S, Lk)
+    eye = torch.eye(xs.shape[2], device=xs.device, dtype=acc)
+    # ignored landmarks get an identity block that touches nothing else
+    core = gaussian_kernel(xs, xs, scale=scale) * keep * keep.transpose(-1, -2)
+    core = core + eye * (1 - keep) + gamma * eye  # (B, H, S, S)
+    if iterations is None:
+        inverse = torch.linalg.inv(core)
+    else:
+        d_half = core.sum(dim=-1, keepdim=True).rsqrt()  # (B, H, S, 1)
+        pre = d_half * core * d_half.transpose(-1, -2)
+        inverse = d_half * iterative_pinv(pre, iterations, init=init)
+        inverse = inverse * d_half.transpose(-1, -2)
+    return (c_qs @ inverse @ c_sk @ vv).to(v.dtype)
 
 
 def segment_means(x: Tensor, count: int, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -227,3 +342,31 @@ def nystromformer_attention_reference(
     kernel_3 = kernel_3 * q_land_ok[:, None, :, None].to(acc)
     inverse = iterative_pinv(kernel_2, iterations, init=init)
     return (kernel_1 @ (inverse @ (kernel_3 @ v32))).to(v.dtype)
+
+
+def nystromformer_conv_skip(v: Tensor, weight: Tensor) -> Tensor:
+    """Nyströmformer's convolution skip (Xiong et al. 2021, the released code): a depthwise 1-D
+    convolution of the values along the sequence, ``skip_i = Σ_t w_t v_{i+t−⌊size/2⌋}`` (zero
+    beyond the ends), one filter per head shared by the value channels. O(L·size·Dv).
+
+    Args:
+        v: ``(B, H, L, Dv)``, padded positions already zeroed.
+        weight: ``(H, 1, size, 1)``, size odd.
+
+    Returns:
+        ``(B, H, L, Dv)`` in the dtype of ``v``.
+    """
+    size = weight.shape[2]
+    return F.conv2d(v, weight.to(v.dtype), padding=(size // 2, 0), groups=v.shape[1])
+
+
+def nystromformer_conv_skip_reference(v: Tensor, weight: Tensor) -> Tensor:
+    """:func:`nystromformer_conv_skip` as a banded ``(L, L)`` matrix per head (slow; for tests):
+    entry ``(i, j)`` is ``w[j − i + ⌊size/2⌋]`` over the offsets the filter covers."""
+    size = weight.shape[2]
+    positions = torch.arange(v.shape[2], device=v.device)
+    tap = positions[None, :] - positions[:, None] + size // 2  # (L, L)
+    inside = (tap >= 0) & (tap < size)
+    taps = weight[:, 0, :, 0].to(v.dtype)  # (H, size)
+    band = taps[:, tap.clamp(0, size - 1)] * inside  # (H, L, L)
+    return torch.einsum("hij,bhjd->bhid", band, v)
