@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..functional.softmax import softmax_attention, softmax_attention_reference
+from ..functional.linformer import linformer_attention, linformer_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
 
@@ -65,29 +65,18 @@ class LinformerAttention(Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        lk = k.shape[2]
-        if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, :, None]
-            k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
-        proj = self.projection[..., :lk].to(q.dtype)  # (H or 1, 1 or 2, k, Lk)
-        k_proj = proj[:, 0] @ k  # (B, H, k, D)
-        v_proj = proj[:, -1] @ v  # (B, H, k, Dv)
-        return softmax_attention(q, k_proj, v_proj)
+        proj = self.projection[..., : k.shape[2]]  # (H or 1, 1 or 2, k, Lk)
+        return linformer_attention(
+            q, k, v, proj[:, 0], proj[:, -1], key_padding_mask=key_padding_mask
+        )
 
     def _reference(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        # E and F as explicit (k, Lk) matrices per head; padded keys and values are zeroed
-        # (not merely weighted by 0), so not even a non-finite padded entry reaches the output
-        lk = k.shape[2]
-        if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, :, None]
-            k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
-        proj = self.projection[..., :lk].to(q.dtype)  # (H or 1, 1 or 2, k, Lk)
-        e, f = proj[:, 0], proj[:, -1]  # (H or 1, k, Lk) each
-        k_proj = torch.einsum("hpl,bhld->bhpd", e.expand(q.shape[1], -1, -1), k)
-        v_proj = torch.einsum("hpl,bhld->bhpd", f.expand(q.shape[1], -1, -1), v)
-        return softmax_attention_reference(q, k_proj, v_proj)
+        proj = self.projection[..., : k.shape[2]]  # (H or 1, 1 or 2, k, Lk)
+        return linformer_attention_reference(
+            q, k, v, proj[:, 0], proj[:, -1], key_padding_mask=key_padding_mask
+        )
 
     def extra_repr(self) -> str:
         return (
