@@ -1,5 +1,14 @@
 """Pure tensor maths on ``(B, H, L, ·)`` tensors; a slow reference beside each fast path."""
 
+from .banded import banded_linear_attention, banded_log_coefficients
+from .banded_step import BandedState, banded_init_state, banded_step
+from .decay import (
+    decay_init_state,
+    decay_linear_attention,
+    decay_log_coefficients,
+    decay_prefill,
+    decay_step,
+)
 from .gaussian import (
     gaussian_attention,
     gaussian_attention_reference,
@@ -25,6 +34,7 @@ from .linear_causal import (
     linear_attention_prefill,
 )
 from .linear_step import linear_attention_step
+from .linformer import linformer_attention, linformer_attention_reference
 from .masks import allowed_keys
 from .numerics import accumulation_dtype, exp_nonpositive, guard_normaliser
 from .nystrom import (
@@ -32,8 +42,19 @@ from .nystrom import (
     iterative_pinv_solve,
     nystromformer_attention,
     nystromformer_attention_reference,
+    nystromformer_conv_skip,
+    nystromformer_conv_skip_reference,
     segment_means,
     skyformer_attention,
+    skyformer_attention_reference,
+    skyformer_landmarks,
+)
+from .rpe_blocked import (
+    DenseRows,
+    RowLogCoefficients,
+    ToeplitzRows,
+    blocked_is_cheaper,
+    rpe_linear_attention_blocked,
 )
 from .simpletron import (
     SimpletronState,
@@ -43,14 +64,39 @@ from .simpletron import (
     simpletron_prefill,
     simpletron_step,
 )
-from .softmax import softmax_attention, softmax_attention_reference
+from .softmax import (
+    KVCache,
+    softmax_attention,
+    softmax_attention_reference,
+    softmax_init_state,
+    softmax_prefill,
+    softmax_step,
+)
+from .toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense, toeplitz_matmul
+from .toeplitz2d import rpe2d_linear_attention_fft, toeplitz2d_dense_log
 
 __all__ = [
+    "BandedState",
+    "DenseRows",
+    "KVCache",
     "LinearState",
+    "RowLogCoefficients",
     "SimpletronState",
+    "ToeplitzRows",
     "accumulation_dtype",
     "allowed_keys",
+    "banded_init_state",
+    "banded_linear_attention",
+    "banded_log_coefficients",
+    "banded_step",
+    "blocked_is_cheaper",
+    "decay_init_state",
+    "decay_linear_attention",
+    "decay_log_coefficients",
+    "decay_prefill",
+    "decay_step",
     "exp_nonpositive",
+    "fft_length",
     "gaussian_attention",
     "gaussian_attention_reference",
     "gaussian_kernel",
@@ -69,9 +115,16 @@ __all__ = [
     "linear_attention_prefill",
     "linear_attention_reference",
     "linear_attention_step",
+    "linformer_attention",
+    "linformer_attention_reference",
     "next_power_of_two",
     "nystromformer_attention",
     "nystromformer_attention_reference",
+    "nystromformer_conv_skip",
+    "nystromformer_conv_skip_reference",
+    "rpe2d_linear_attention_fft",
+    "rpe_linear_attention_blocked",
+    "rpe_linear_attention_fft",
     "segment_means",
     "simpletron_attention",
     "simpletron_attention_reference",
@@ -79,6 +132,14 @@ __all__ = [
     "simpletron_prefill",
     "simpletron_step",
     "skyformer_attention",
+    "skyformer_attention_reference",
+    "skyformer_landmarks",
     "softmax_attention",
     "softmax_attention_reference",
+    "softmax_init_state",
+    "softmax_prefill",
+    "softmax_step",
+    "toeplitz2d_dense_log",
+    "toeplitz_dense",
+    "toeplitz_matmul",
 ]
