@@ -7,9 +7,9 @@ import argparse
 
 import pytest
 
-import kattn.bench.commands as commands
-import kattn.bench.demo as demo
-import kattn.bench.speed_command as speed_command
+import kattn.bench.experiments as experiments
+import kattn.bench.speed_report as speed_report
+import kattn.cli.demo as cli_demo
 from kattn.cli import build_parser, main
 
 
@@ -20,11 +20,11 @@ def no_work(monkeypatch):
     def started(*args, **kwargs):
         raise AssertionError("the benchmark ran before its arguments were checked")
 
-    monkeypatch.setattr(speed_command, "measure_speed", started)
+    monkeypatch.setattr(speed_report, "measure_speed", started)
     for study in ("norm_sweep", "spectral_study", "kernel_study", "mechanism_study",
                   "stability_study"):  # fmt: skip
-        monkeypatch.setattr(commands, study, started)
-    monkeypatch.setattr(demo, "run_demo", started)
+        monkeypatch.setattr(experiments, study, started)
+    monkeypatch.setattr(cli_demo, "run_demo", started)
 
 
 def refused(argv, capsys):

@@ -13,7 +13,7 @@ import kattn
 import kattn.bench.speed as speed
 from kattn.bench.growth import Growth, time_growth
 from kattn.bench.speed import SpeedConfig, measure_speed
-from kattn.bench.speed_command import speed_markdown, write_speed
+from kattn.bench.speed_report import speed_markdown, write_speed
 from kattn.bench.timing import Rounds
 from kattn.cli import main
 

@@ -17,7 +17,7 @@ from kattn.bench.mechanism_error import MechanismRow, mechanism_markdown
 from kattn.bench.report import build_report, lm_table, runs_table
 from kattn.bench.spectral import SpectralRow, spectral_markdown
 from kattn.bench.speed import SpeedConfig, SpeedRow
-from kattn.bench.speed_command import render_speed_report, speed_markdown, write_speed
+from kattn.bench.speed_report import render_speed_report, speed_markdown, write_speed
 from kattn.bench.stability import StepScore, stability_markdown
 
 from .markdown_tables import cells, check_tables

@@ -1,4 +1,4 @@
-"""``kattn data generate``: the parser of :mod:`kattn.data.commands` and what its handlers write."""
+"""``kattn data generate``: the parser of :mod:`kattn.cli.data` and what its handlers write."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kattn.cli.data import add_data_parser
 from kattn.data import LISTOPS_FILES, load_listops, load_pathfinder
-from kattn.data.commands import add_data_parser
 from kattn.data.pathfinder import LEVELS
 
 SMALL_LISTOPS = ["--train", "40", "--valid", "5", "--test", "5", "--min-length", "5",

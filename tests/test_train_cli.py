@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kattn.cli import main
-from kattn.train.commands import _SUMMARY
+from kattn.cli.train import _SUMMARY
 from kattn.train.config import RunConfig
 from kattn.train.distributed import Processes, resolve_device
 from kattn.train.loop import train
@@ -184,8 +184,8 @@ def test_the_library_refuses_a_stop_step_that_is_not_positive(listops_dir, tmp_p
 def test_only_the_first_process_prints_the_results(monkeypatch, capsys, tmp_path, rank):
     """Under torchrun every process runs the command; one summary is printed."""
     results = {"task": "listops", **{key: 1 for key in _SUMMARY["classification"][1:]}}
-    monkeypatch.setattr("kattn.train.commands.train", lambda *args, **kwargs: results)
-    monkeypatch.setattr("kattn.train.commands.processes_from_env", lambda: Processes(rank, 2))
+    monkeypatch.setattr("kattn.cli.train.train", lambda *args, **kwargs: results)
+    monkeypatch.setattr("kattn.cli.train.processes_from_env", lambda: Processes(rank, 2))
     assert main(["train", "--out", str(tmp_path / "run"), "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert (json.loads(out)["steps"] == 1) if rank == 0 else out == ""

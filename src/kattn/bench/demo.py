@@ -11,10 +11,6 @@ its own and not the largest of every run and benchmark before it in the demo's p
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import json
 import multiprocessing
 import sys
 import time
@@ -27,10 +23,10 @@ from typing import Any
 import torch
 
 from ..registry import MECHANISMS, available, build, spec
-from .cli_types import int_at_least, name_list, output_folder
+from .experiments import run_mechanisms
 from .report import build_report
-from .speed import SpeedConfig, SpeedRow, crossovers, measure_speed
-from .speed_command import write_speed
+from .speed import SpeedConfig, SpeedRow, crossovers
+from .speed_report import benchmark_speed
 from .timing import machine_info
 
 #: trained by the demo: exact softmax, FAVOR+, the RPE paper's NPRF, Skyformer, a learned kernel
@@ -79,31 +75,25 @@ def _say(text: str) -> None:
 def run_speed(out: Path, plan: DemoPlan, heads: int, log: Callable[[str], None]) -> list[SpeedRow]:
     config = SpeedConfig(lengths=plan.lengths, heads=heads, rounds=plan.rounds,
                          seconds=plan.seconds, check_max_length=1024)  # fmt: skip
-    rows = measure_speed(config, progress=log)
-    write_speed(out, config, rows, machine_info())
-    return rows
+    return benchmark_speed(config, out, progress=log).rows
 
 
 def run_errors(out: Path, plan: DemoPlan, heads: int) -> dict[str, tuple[float, bool]]:
     """Relative error of every approximate mechanism against its exact counterpart (the
     ``kattn bench approx --experiment mechanisms`` study) at the plan's longest error length:
     ``{name: (error, has an exact counterpart)}``."""
-    from ..cli import main
-
-    lengths = ",".join(map(str, plan.error_lengths))
-    argv = ["bench", "approx", "--experiment", "mechanisms", "--lengths", lengths,
-            "--seeds", str(plan.error_seeds), "--heads", str(heads), "--out", str(out)]  # fmt: skip
-    with contextlib.redirect_stdout(io.StringIO()):  # its table is in the report
-        status = main(argv)
-    if status != 0:
-        raise RuntimeError("the approximation-error study failed (see above)")
-    found = json.loads((out / "mechanisms.json").read_text())
+    found = run_mechanisms(out, lengths=plan.error_lengths, dim=64, heads=heads,
+                           seeds=plan.error_seeds, progress=_mechanisms_progress)  # fmt: skip
     longest = max(plan.error_lengths)
     return {
-        r["mechanism"]: (r["rel_error"], r["counterpart"])
-        for r in found["rows"]
-        if r["length"] == longest and not r["causal"]
+        r.mechanism: (r.rel_error, r.counterpart)
+        for r in found.rows
+        if r.length == longest and not r.causal
     }
+
+
+def _mechanisms_progress(text: str) -> None:
+    print(f"mechanisms: {text}", file=sys.stderr, flush=True)
 
 
 def _listops(out: Path, plan: DemoPlan) -> str | None:
@@ -299,35 +289,3 @@ def run_demo(
     report.write_text(intro + "\n\n" + body.split("\n", 2)[2])
     _say(f"report: {report}")
     return table
-
-
-def add_demo_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="the main job: speed, memory, error and ListOps accuracy of the mechanisms",
-        description="Measures every registered mechanism on this machine with nothing to "
-        "download (9 minutes on a 2-core CPU; --quick: about 20 seconds) and writes "
-        "OUT/report.md with tables and plots.",
-    )
-    p.add_argument("--out", type=output_folder, default=Path("runs/demo"))
-    p.add_argument(
-        "--quick", action="store_true", help="a small version (about 20 seconds on a 2-core CPU)"
-    )
-    p.add_argument("--train", type=name_list, default=",".join(TRAINED),
-                   help="comma-separated mechanisms trained on ListOps")  # fmt: skip
-    p.add_argument("--threads", type=int_at_least(0), default=0,
-                   help="torch threads (default 0: torch's)")  # fmt: skip
-    p.set_defaults(func=cmd_demo)
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    names = tuple(x.strip() for x in args.train.split(",") if x.strip())
-    unknown = [n for n in names if n not in available()]
-    if unknown:
-        raise ValueError(f"unknown mechanism(s) {unknown} in --train; see `kattn list`")
-    table = run_demo(args.out, QUICK if args.quick else FULL, trained=names)
-    print(table)
-    print(f"\nfull report: {args.out / 'report.md'}")
-    return 0

@@ -7,7 +7,6 @@ table and ``<stem>.png`` plot. Both are found anywhere below the paths given.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -220,23 +219,10 @@ def build_report(paths: Sequence[str | Path], out: Path) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def add_report_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "report",
-        help="gather training runs and benchmark outputs into one markdown report",
-        description="Finds results.json of training runs and the JSON outputs of "
-        "`kattn bench` below the given folders and writes one markdown report with their "
-        "tables and plots (validation curves of the runs are plotted beside it).",
-    )
-    p.add_argument("paths", nargs="+", type=Path, help="run folders, benchmark folders or files")
-    p.add_argument("--out", type=Path, default=Path("runs/report.md"), help="the report file")
-    p.set_defaults(func=cmd_report)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    text = build_report(args.paths, args.out)
-    args.out.write_text(text)
-    print(text)
-    print(f"written: {args.out}")
-    return 0
+def write_report(paths: Sequence[str | Path], out: Path) -> str:
+    """:func:`build_report` of ``paths`` written to ``out`` (its folder made if missing);
+    returns the markdown."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = build_report(paths, out)
+    out.write_text(text)
+    return text

@@ -1,18 +1,17 @@
-"""``kattn generate``: continue a prompt with a trained language model run."""
+"""``kattn generate``: continue a prompt with a trained language model run
+(:func:`kattn.train.generate.generate_text`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
+from dataclasses import asdict
 from typing import Any
 
-import torch
-
-from ..nn import CausalLM
 from ..nn.generation import STRATEGIES
-from .distributed import check_device
+from ..train.distributed import check_device
+from ..train.generate import generate_text
 
 
 def add_generate_parser(sub: Any) -> None:
@@ -42,56 +41,31 @@ def add_generate_parser(sub: Any) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from . import load_trained_model
-
     check_device(args.device, "--device")
-    model, _, tokenizer = load_trained_model(
-        args.run, checkpoint=args.checkpoint, device=args.device
-    )
-    if not isinstance(model, CausalLM) or tokenizer is None:
-        raise ValueError(f"{args.run} is not a language-model run (train it with --task lm)")
-    if args.num_samples < 1:
-        raise ValueError(f"--num-samples must be positive, got {args.num_samples}")
-    ids = tokenizer.encode(args.prompt)
-    if not ids:
-        raise ValueError("--prompt is empty once tokenised: give at least one token of text")
-    device = model.head.weight.device
-    prompt = torch.tensor([list(ids)] * args.num_samples, dtype=torch.int64, device=device)
-    generator = torch.Generator(device=device).manual_seed(args.seed)
-    started = time.perf_counter()
-    out = model.generate(
-        prompt,
-        args.max_new_tokens,
+    found = generate_text(
+        args.run,
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
-        generator=generator,
+        seed=args.seed,
+        num_samples=args.num_samples,
+        checkpoint=args.checkpoint,
         strategy=args.strategy,
+        device=args.device,
     )
-    seconds = time.perf_counter() - started
-    texts = [tokenizer.decode(row.tolist()) for row in out]
-    new = out.shape[1] - prompt.shape[1]
-    strategy = args.strategy
-    if strategy == "auto":
-        strategy = "recurrent" if model.supports_recurrent else "reencode"
-    timing = {
-        "mechanism": model.mechanism,
-        "strategy": strategy,
-        "prompt_tokens": prompt.shape[1],
-        "new_tokens": new,
-        "seconds": seconds,
-        "tokens_per_s": new * len(texts) / max(seconds, 1e-9),
-    }
     if args.json:
-        print(json.dumps({"samples": texts, **timing}, indent=2))
+        print(json.dumps(asdict(found), indent=2))
         return 0
+    texts = found.samples
     for i, text in enumerate(texts):
         if len(texts) > 1:
             print(f"--- sample {i + 1}")
         print(text)
     print(
-        f"[{timing['mechanism']}, {strategy}: {new} new tokens x {len(texts)} in "
-        f"{seconds:.2f} s, {timing['tokens_per_s']:.1f} tokens/s]",
+        f"[{found.mechanism}, {found.strategy}: {found.new_tokens} new tokens x {len(texts)} in "
+        f"{found.seconds:.2f} s, {found.tokens_per_s:.1f} tokens/s]",
         file=sys.stderr,
     )
     return 0

@@ -1,4 +1,4 @@
-"""``kattn train`` and ``kattn eval``."""
+"""``kattn train`` and ``kattn eval`` (:mod:`kattn.train`)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import json_text, save_json
-from .config import (
-    PRESETS,
-    TASKS,
-    RunConfig,
-    apply_overrides,
-    drop_preset_options,
-    load_config,
-    preset,
-)
-from .distributed import check_device, processes_from_env
-from .loop import Interrupted, evaluate_run, train
-from .validation import validate
+from ..train.checkpoint import json_text
+from ..train.config import PRESETS, TASKS, RunConfig
+from ..train.distributed import check_device, processes_from_env
+from ..train.loop import Interrupted, train
+from ..train.run import TrainOptions, evaluate_saved_run, resolve_config
+from ..train.validation import validate
 
 #: flags that set the config (refused with --resume, which keeps the run's config.json).
 _CONFIG_FLAGS = (
@@ -116,45 +109,30 @@ def add_train_parsers(sub: Any) -> None:
     p.set_defaults(func=cmd_eval)
 
 
-def resolve_config(args: argparse.Namespace) -> RunConfig:
-    """The run's config from the flags: preset, then flags, then ``--set`` overrides."""
-    if args.config:
-        if args.preset:
-            raise ValueError("give --config or --preset, not both")
-        config = load_config(args.config)
-        if args.task:
-            config.data.task = args.task
-    else:
-        task = args.task or "listops"
-        paper = "luo-lm" if task == "lm" else "skyformer"
-        name = args.preset or (paper if args.data or task not in ("listops", "lm") else "small")
-        config = preset(name, task)
-    preset_options = dict(config.attention.options)
-    if args.data:
-        config.data.path = str(Path(args.data))
-    if args.block_size is not None:
-        config.data.block_size = args.block_size
-    if args.tokenizer:
-        config.data.tokenizer = str(Path(args.tokenizer))
-    if args.level:
-        config.data.level = args.level
-    if args.attention:
-        config.attention.name = args.attention
-    overrides = [f"attention.options.{item}" for item in args.attention_option or []]
-    for flag, key in (("steps", "train.steps"), ("batch_size", "train.batch_size"),
-                      ("eval_every", "train.eval_every"), ("seed", "train.seed")):  # fmt: skip
-        if getattr(args, flag) is not None:
-            overrides.append(f"{key}={getattr(args, flag)}")
-    if args.device:
-        config.train.device = args.device
-    for item in overrides:
-        if "=" not in item:
-            raise ValueError(f"--attention-option is KEY=VALUE, got {item!r}")
-    settings = overrides + list(args.set or [])
-    apply_overrides(config, settings)
-    prefix = "attention.options."
-    given = [item[len(prefix) :].partition("=")[0] for item in settings if item.startswith(prefix)]
-    dropped = drop_preset_options(config, preset_options, given)
+def train_options(args: argparse.Namespace) -> TrainOptions:
+    """The settings of ``kattn train``'s flags."""
+    return TrainOptions(
+        config=args.config,
+        task=args.task,
+        preset=args.preset,
+        data=args.data,
+        block_size=args.block_size,
+        tokenizer=args.tokenizer,
+        level=args.level,
+        attention=args.attention,
+        attention_options=tuple(args.attention_option or ()),
+        steps=args.steps,
+        batch_size=args.batch_size,
+        eval_every=args.eval_every,
+        seed=args.seed,
+        device=args.device,
+        overrides=tuple(args.set or ()),
+    )
+
+
+def _config(args: argparse.Namespace) -> RunConfig:
+    """The resolved config of the flags; notes the preset's options the mechanism drops."""
+    config, dropped = resolve_config(train_options(args))
     if dropped and processes_from_env().is_main:
         print(
             f"kattn: note: {config.attention.name} does not take the attention option(s) "
@@ -179,7 +157,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         config = RunConfig()
     else:
-        config = validate(resolve_config(args))
+        config = validate(_config(args))
     if args.print_config:
         print(config.to_json())
         return 0
@@ -203,10 +181,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     check_device(args.device, "--device")
-    run = Path(args.run)
-    if not (run / "config.json").is_file():
-        raise ValueError(f"{run} is not a run folder (no config.json)")
-    result = evaluate_run(run, args.split, checkpoint=args.checkpoint, device=args.device)
-    save_json(run / f"eval-{args.split}-{args.checkpoint}.json", result)
+    result = evaluate_saved_run(Path(args.run), args.split, checkpoint=args.checkpoint,
+                                device=args.device)  # fmt: skip
     print(json_text(result, indent=2))
     return 0

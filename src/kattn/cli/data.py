@@ -1,4 +1,5 @@
-"""``kattn data ...`` subcommands: write the synthetic LRA tasks in their released formats.
+"""``kattn data ...`` subcommands: write the synthetic LRA tasks in their released formats
+(:func:`kattn.data.generate_listops`, :func:`kattn.data.generate_pathfinder`).
 
 ``kattn data generate listops`` writes ``basic_{train,val,test}.tsv`` (LRA's ``listops-1000``)
 and ``kattn data generate pathfinder`` one ``pathfinder32/<level>`` folder; the defaults are
@@ -13,8 +14,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .listops import generate_listops, write_listops
-from .pathfinder import LEVELS, generate_pathfinder
+from ..data.listops import generate_listops, write_listops
+from ..data.pathfinder import LEVELS, generate_pathfinder
 
 
 def add_data_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
