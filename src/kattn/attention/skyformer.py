@@ -156,4 +156,7 @@ register_mechanism(
     reference="Chen et al., Skyformer: Remodel Self-Attention with Gaussian Kernel and Nyström "
     "Method, NeurIPS 2021",
     complexity="O(L·S·(D+Dv) + S³) time, O(L·S + S²) memory (S landmarks)",
+    approximates="gaussian",
+    size_option="num_landmarks",
+    colour="#d62728",
 )
