@@ -1,9 +1,18 @@
 """Benchmarks and comparisons: timing, memory, approximation error against exact softmax."""
 
+from .experiments import (
+    StudyOutput,
+    run_kernel,
+    run_mechanisms,
+    run_norm_sweep,
+    run_spectral,
+    run_stability,
+)
 from .kernel_error import KERNEL_VARIANTS, KernelRow, KernelVariant, kernel_study
 from .mechanism_error import MechanismRow, mechanism_study
-from .report import build_report, collect
+from .report import build_report, collect, write_report
 from .speed import Crossover, SpeedConfig, SpeedRow, crossovers, measure_speed
+from .speed_report import SpeedRun, benchmark_speed
 from .timing import (
     Rounds,
     Timing,
@@ -24,7 +33,10 @@ __all__ = [
     "Rounds",
     "SpeedConfig",
     "SpeedRow",
+    "SpeedRun",
+    "StudyOutput",
     "Timing",
+    "benchmark_speed",
     "build_report",
     "collect",
     "crossovers",
@@ -36,5 +48,11 @@ __all__ = [
     "mechanism_study",
     "peak_memory_bytes",
     "results_stem",
+    "run_kernel",
+    "run_mechanisms",
+    "run_norm_sweep",
+    "run_spectral",
+    "run_stability",
+    "write_report",
     "write_results",
 ]
