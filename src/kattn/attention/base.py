@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
+from ..checks import positive_int, positive_int_or_none
 from ..functional.numerics import autocast_off
 from ..registry import CAPABILITY_FLAGS, check_option_types, declared_types, keyword_parameters
 
@@ -56,13 +57,9 @@ class Attention(nn.Module):
 
     def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None) -> None:
         super().__init__()
-        for arg, value in (("head_dim", head_dim), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{arg} must be a positive int, got {value!r}")
-        if max_len is not None and (
-            isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1
-        ):
-            raise ValueError(f"max_len must be a positive int or None, got {max_len!r}")
+        positive_int("head_dim", head_dim)
+        positive_int("num_heads", num_heads)
+        positive_int_or_none("max_len", max_len)
         if self.limits_length and max_len is None:
             raise ValueError(f"{type(self).__name__} needs max_len (its parameters depend on it)")
         self.head_dim = head_dim
@@ -166,8 +163,7 @@ class Attention(nn.Module):
             raise ValueError(
                 f"num_heads: this module was built for {self.num_heads} heads, got {num_heads}"
             )
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        positive_int("batch_size", batch_size)
         return self._init_state(batch_size, device=device, dtype=dtype or torch.float32)
 
     def step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:

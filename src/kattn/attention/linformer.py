@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..checks import positive_int
 from ..functional.linformer import linformer_attention, linformer_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
@@ -43,8 +44,7 @@ class LinformerAttention(Attention):
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
         self._check_option_types(share_kv=share_kv, share_heads=share_heads)
-        if isinstance(proj_dim, bool) or not isinstance(proj_dim, int) or proj_dim < 1:
-            raise ValueError(f"proj_dim must be a positive int, got {proj_dim!r}")
+        positive_int("proj_dim", proj_dim)
         assert max_len is not None
         shape = (1 if share_heads else num_heads, 1 if share_kv else 2, proj_dim, max_len)
         if projection is None:

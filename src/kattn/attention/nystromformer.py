@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..checks import positive_int
 from ..functional.nystrom import (
     nystromformer_attention,
     nystromformer_attention_reference,
@@ -52,9 +53,8 @@ class NystromformerAttention(Attention):
         conv_kernel_size: int | None = None,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
-        for arg, value in (("num_landmarks", num_landmarks), ("pinv_iterations", pinv_iterations)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+        positive_int("num_landmarks", num_landmarks)
+        positive_int("pinv_iterations", pinv_iterations)
         if pinv_init not in PINV_INITS:
             raise ValueError(
                 f"pinv_init must be one of {PINV_INITS}, got {pinv_init!r} (the identity start "

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..checks import positive_float, positive_int_or_none
 from ..functional.nystrom import (
     PINV_INITS,
     skyformer_attention,
@@ -60,16 +61,8 @@ class SkyformerAttention(Attention):
             raise ValueError(f"num_landmarks must be an int >= 2, got {num_landmarks!r}")
         if num_landmarks < 2:
             raise ValueError(f"num_landmarks must be an int >= 2, got {num_landmarks!r}")
-        if not gamma > 0:
-            raise ValueError(f"gamma must be positive, got {gamma!r}")
-        if pinv_iterations is not None and (
-            isinstance(pinv_iterations, bool)
-            or not isinstance(pinv_iterations, int)
-            or pinv_iterations < 1
-        ):
-            raise ValueError(
-                f"pinv_iterations must be a positive int or None, got {pinv_iterations!r}"
-            )
+        positive_float("gamma", gamma)
+        positive_int_or_none("pinv_iterations", pinv_iterations)
         if pinv_init not in PINV_INITS:
             raise ValueError(f"pinv_init must be one of {PINV_INITS}, got {pinv_init!r}")
         self.num_landmarks = num_landmarks

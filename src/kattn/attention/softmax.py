@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..checks import positive_float_or_none
 from ..functional.softmax import (
     KVCache,
     softmax_attention,
@@ -43,8 +44,7 @@ class SoftmaxAttention(Attention):
         dropout: float = 0.0,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
-        if scale is not None and not scale > 0:
-            raise ValueError(f"scale must be positive or None, got {scale!r}")
+        positive_float_or_none("scale", scale)
         self.scale = scale
         self._set_dropout(dropout)
 

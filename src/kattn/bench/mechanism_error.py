@@ -5,8 +5,9 @@ registered defaults and in ``eval()`` (features and landmarks fixed, a fresh dra
 and each length L: the relative Frobenius error ``‖Ŷ − Y‖_F / ‖Y‖_F`` of the ``(L, Dv)``
 output of every head against its exact counterpart ``Y`` (the :data:`EXACT_REFERENCES` entry
 its registration names as ``approximates``), non-causal and (where the mechanism supports it)
-causal; mean and standard error over heads × seeds. q and k have iid ``N(0, σ²)`` entries, v ``N(0, 1)`` entries (the error is
-relative, so the scale of v does not matter); mechanisms run in float32, references in float64.
+causal; mean and standard error over heads × seeds. q and k have iid ``N(0, σ²)`` entries,
+v ``N(0, 1)`` entries (the error is relative, so the scale of v does not matter); mechanisms
+run in float32, references in float64.
 
 Mechanisms with no exact counterpart (``approximates`` None) are compared with softmax attention
 for information, marked as such in every output: their error says how far from softmax they

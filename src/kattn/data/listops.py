@@ -43,6 +43,7 @@ from pathlib import Path
 
 import torch
 
+from ..checks import positive_int
 from .base import DataFormatError, SequenceDataset, TaskData, pad_sequences
 from .listops_generator import (
     _DIGITS,
@@ -159,8 +160,7 @@ def load_listops(
         ValueError: ``tokenization`` or ``max_len`` is not valid.
     """
     tokenize, vocab, description = _tokenisation(tokenization)
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    positive_int("max_len", max_len)
     folder = _find_folder(Path(data_dir))
     splits: dict[str, SequenceDataset] = {}
     counts: dict[str, dict[str, int]] = {"examples": {}, "truncated": {}, "oov_tokens": {}}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..checks import positive_int
 from .base import DataFormatError, SequenceDataset, TaskData
 from .text import BYTE_VOCAB_SIZE, pad_bytes
 
@@ -52,8 +53,7 @@ def load_retrieval(data_dir: str | PathLike[str], *, max_len: int = 4000) -> Tas
             not have 5 columns or its label is not 0 or 1 (the message names file and line).
         ValueError: ``max_len`` is not a positive int.
     """
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    positive_int("max_len", max_len)
     folder = _find_folder(Path(data_dir))
     splits: dict[str, SequenceDataset] = {}
     truncated: dict[str, int] = {}

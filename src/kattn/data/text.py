@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..checks import positive_int
 from .base import DataFormatError, SequenceDataset, TaskData
 
 #: ids are UTF-8 bytes + 1, and 0 is padding.
@@ -122,8 +123,7 @@ def load_text(
 
 
 def _check_max_len(max_len: int) -> None:
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+    positive_int("max_len", max_len)
 
 
 def _check_valid(valid: str | float) -> float | None:

@@ -8,6 +8,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from ..checks import is_positive_int
+from ..checks import positive_int as check_positive_int  # noqa: F401  (the feature maps' check)
 from ..registry import FEATURE_MAPS, caller_module
 
 
@@ -101,9 +103,7 @@ class ResampledFeatureMap(FeatureMap):
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads)
-        if every != "never" and (
-            isinstance(every, bool) or not isinstance(every, int) or every < 1
-        ):
+        if every != "never" and not is_positive_int(every):
             raise ValueError(f"{option} must be 'never' or a positive int, got {every!r}")
         self._every = every
         self.generator = generator
@@ -140,13 +140,6 @@ class ResampledFeatureMap(FeatureMap):
         self._steps_since_redraw += 1
         if self._steps_since_redraw >= self._every:
             self.redraw_features()
-
-
-def check_positive_int(option: str, value: object) -> int:
-    """``value`` if it is a positive int (not a bool), else a ``ValueError`` naming ``option``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{option} must be a positive int, got {value!r}")
-    return value
 
 
 def in_backward() -> bool:

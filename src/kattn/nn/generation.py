@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..checks import positive_int_or_none
 from .encoder import check_token_ids
 
 if TYPE_CHECKING:
@@ -33,8 +34,7 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
     """Raise ``ValueError`` for sampling options out of range."""
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    positive_int_or_none("top_k", top_k)
     if top_p is not None and not 0 < top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..checks import positive_int
 from ..functional.decay import (
     decay_init_state,
     decay_linear_attention,
@@ -44,8 +45,7 @@ class DecayBias(RelativePositionBias):
         method: str | None = None,
     ):
         super().__init__(num_heads=num_heads, max_len=max_len, method=method)
-        if isinstance(decay_terms, bool) or not isinstance(decay_terms, int) or decay_terms < 1:
-            raise ValueError(f"decay_terms must be a positive int, got {decay_terms!r}")
+        positive_int("decay_terms", decay_terms)
         self.decay_terms = decay_terms
         gamma = torch.tensor([1.0 - 2.0 ** -(2 + 3 * r) for r in range(decay_terms)])
         shape = (num_heads, 2, decay_terms)

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..checks import is_positive_int
 from ..functional.banded_step import BandedState
 from ..functional.rpe_blocked import DenseRows, RowLogCoefficients
 from ..functional.toeplitz import fft_length
@@ -81,11 +82,7 @@ class Toeplitz2dBias(RelativePositionBias):
         method: str | None = None,
     ):
         super().__init__(num_heads=num_heads, max_len=max_len, method=method)
-        if (
-            grid is None
-            or len(tuple(grid)) != 2
-            or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in grid)
-        ):
+        if grid is None or len(tuple(grid)) != 2 or not all(is_positive_int(g) for g in grid):
             raise ValueError(f"toeplitz2d needs grid=(h, w), two positive ints; got {grid!r}")
         self.grid = (int(grid[0]), int(grid[1]))
         h, w = self.grid
