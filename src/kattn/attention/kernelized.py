@@ -1,8 +1,10 @@
-"""Kernelized attention: any registered feature map φ with the linear-attention aggregator.
+"""Kernelized attention: any registered feature map φ with an aggregator of the sums.
 
 ``z_i = φ(q_i)·Σ_j φ(k_j) v_jᵀ / φ(q_i)·Σ_j φ(k_j)`` (Luo et al. 2021 eq. 3), non-causal in
 O(L·M·Dv), causal in chunkwise-parallel form, and recurrent with an O(M·Dv) state; with a
 relative positional encoding (``rpe=``) each term is weighted by ``c_{j−i}`` (Luo et al. eq. 10).
+Both are :class:`~kattn.aggregator.Aggregator` s: :class:`~kattn.aggregator.LinearAggregator`
+without an encoding, the encoding module with one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import Tensor
 from .. import features as feature_maps
 from .. import functional as lin
 from .. import positional
+from ..aggregator import Aggregator, LinearAggregator
 from ..features.base import FEATURE_MAPS
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
@@ -42,13 +45,16 @@ class KernelizedAttention(Attention):
         rpe: a relative positional encoding: a name from ``kattn.positional.available()``
             (``"toeplitz"``, ``"bucketed"``, ``"decay"``, ``"toeplitz2d"``) or a module from
             ``kattn.positional.build`` (share one module across layers by passing it to each).
-            The module is ``attn.rpe`` (None without one).
+            The module is ``attn.rpe`` (None without one) and ``attn.aggregator``; without
+            one ``attn.aggregator`` is a :class:`~kattn.aggregator.LinearAggregator`.
         **options: options of the feature map (e.g. ``num_features``, ``sampling``, ``redraw``
             for ``prf``/``trf``) and of the encoding (``rpe_method``, ``num_buckets``,
             ``max_distance``, ``bidirectional``, ``decay_terms``, ``grid``).
     """
 
     supports_recurrent = True
+    #: the sums over keys: the encoding ``rpe`` or the plain linear aggregator.
+    aggregator: Aggregator
 
     def __init__(
         self,
@@ -67,7 +73,11 @@ class KernelizedAttention(Attention):
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
         self._check_option_types(normalize_qk=normalize_qk, scale=scale, eps=eps)
-        self.rpe = _build_rpe(rpe, num_heads, max_len, options)
+        aggregator = _build_aggregator(rpe, num_heads, max_len, options)
+        # An encoding stays the submodule ``rpe`` (its state_dict keys and the public attribute
+        # unchanged); ``aggregator`` names the same object again without registering it twice.
+        self.rpe = aggregator if isinstance(aggregator, positional.RelativePositionBias) else None
+        self.__dict__["aggregator"] = aggregator
         if not isinstance(feature_map, str):
             raise TypeError(
                 f"feature_map must be a registered name (str), got {type(feature_map).__name__}"
@@ -94,8 +104,8 @@ class KernelizedAttention(Attention):
         if eps is None:
             eps = POSITIVE_EPS if self.feature_map.positive else DEFAULT_EPS
         self.eps = float(eps)
-        self._set_capabilities(rpe=self.rpe)
-        self.limits_length = self.rpe is not None and self.rpe.needs_max_len
+        self._set_capabilities(rpe=aggregator)
+        self.limits_length = aggregator.needs_max_len
 
     @classmethod
     def option_names(cls, options: Mapping[str, Any]) -> list[str]:
@@ -125,13 +135,12 @@ class KernelizedAttention(Attention):
 
     @classmethod
     def capabilities(cls, **options: Any) -> dict[str, bool]:
+        """The class flags, with ``supports_recurrent`` and ``supports_cross`` those of the
+        aggregator that ``rpe`` (a name, a module or None) gives."""
+        aggregator = aggregator_class(options.get("rpe"))
         flags = super().capabilities(**options)
-        rpe = options.get("rpe")
-        if isinstance(rpe, str) and rpe in positional.available():
-            rpe = positional.get(rpe)
-        if rpe is not None and not isinstance(rpe, str):
-            flags["supports_recurrent"] = bool(rpe.supports_recurrent)
-            flags["supports_cross"] = bool(rpe.supports_cross)
+        flags["supports_recurrent"] = bool(aggregator.supports_recurrent)
+        flags["supports_cross"] = bool(aggregator.supports_cross)
         return flags
 
     def check_inputs(
@@ -147,12 +156,13 @@ class KernelizedAttention(Attention):
         super().check_inputs(
             q, k, v, causal=causal, key_padding_mask=key_padding_mask, check_length=check_length
         )
-        if self.rpe is not None and check_length:
-            self.rpe.check_lengths(q.shape[2], k.shape[2])
+        if check_length:
+            self.aggregator.check_lengths(q.shape[2], k.shape[2])
 
     def _why_not(self, capability: str) -> str:
-        if capability == "cross" and self.rpe is not None:
-            return f": its relative positional encoding ({type(self.rpe).__name__}) needs Lq == Lk"
+        if capability == "cross" and not self.aggregator.supports_cross:
+            name = type(self.aggregator).__name__
+            return f": its relative positional encoding ({name}) needs Lq == Lk"
         return ""
 
     # ------------------------------------------------------------------------------ maths
@@ -178,20 +188,7 @@ class KernelizedAttention(Attention):
         if self.training:
             self.feature_map.training_step()
         fk = self.features(k)
-        if self.rpe is not None:
-            return self.rpe.attend(
-                self.query_features(q),
-                fk.values,
-                v,
-                causal=causal,
-                k_log_scale=fk.log_scale,
-                key_padding_mask=key_padding_mask,
-                chunk_size=self.chunk_size,
-                block_size=self.block_size,
-                eps=self.eps,
-                positive_features=self.feature_map.positive,
-            )
-        return lin.linear_attention(
+        return self.aggregator.attend(
             self.query_features(q),
             fk.values,
             v,
@@ -201,6 +198,7 @@ class KernelizedAttention(Attention):
             chunk_size=self.chunk_size,
             block_size=self.block_size,
             eps=self.eps,
+            positive_features=self.feature_map.positive,
         )
 
     def _reference(
@@ -221,8 +219,9 @@ class KernelizedAttention(Attention):
         lq, lk = q.shape[2], k.shape[2]
         acc = fk.values.dtype
         log_w = torch.zeros(1, 1, lq, lk, device=q.device, dtype=acc)
-        if self.rpe is not None:
-            log_w = log_w + self.rpe.dense_log(lq, lk).to(acc)  # (H, Lq, Lk)
+        log_c = self.aggregator.dense_log(lq, lk)  # (H, Lq, Lk), None when every c is 1
+        if log_c is not None:
+            log_w = log_w + log_c.to(acc)
         if fk.log_scale is not None:
             log_w = log_w + fk.log_scale[:, :, None, :]  # (B, H, Lq, Lk)
         allowed = lin.allowed_keys(
@@ -243,44 +242,19 @@ class KernelizedAttention(Attention):
 
     def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> Any:
         num_features = self.feature_map.num_features
-        if self.rpe is not None:
-            return self.rpe.init_state(batch_size, num_features, device=device, dtype=dtype)
-        # The value dim is unknown until the first step: an empty kv grows to (B, H, M, Dv) then.
-        return lin.linear_attention_init_state(
-            batch_size, self.num_heads, num_features, 0, device=device, dtype=dtype
-        )
+        return self.aggregator.init_state(batch_size, num_features, device=device, dtype=dtype)
 
     @sums_in_float32
     def _step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
         fk = self.features(k_t)
-        if self.rpe is not None:
-            return self.rpe.step(
-                self.query_features(q_t),
-                fk.values,
-                v_t,
-                state,
-                k_log_scale=fk.log_scale,
-                eps=self.eps,
-            )
-        return lin.linear_attention_step(
+        return self.aggregator.step(
             self.query_features(q_t), fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps
         )
 
     @sums_in_float32
     def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: Any) -> tuple[Tensor, Any]:
         fk = self.features(k)
-        if self.rpe is not None:
-            return self.rpe.prefill(
-                self.query_features(q),
-                fk.values,
-                v,
-                state,
-                k_log_scale=fk.log_scale,
-                chunk_size=self.chunk_size,
-                block_size=self.block_size,
-                eps=self.eps,
-            )
-        return lin.linear_attention_prefill(
+        return self.aggregator.prefill(
             self.query_features(q),
             fk.values,
             v,
@@ -307,15 +281,27 @@ def rpe_option_names(name: str) -> dict[str, str]:
     return {("rpe_method" if o == "method" else o): o for o in positional.option_names(name)}
 
 
-def _build_rpe(
+def aggregator_class(rpe: object) -> type[Aggregator]:
+    """The aggregator class that ``rpe`` gives: the encoding's class for a registered name or
+    a module, :class:`~kattn.aggregator.LinearAggregator` for None (and for anything else,
+    which the constructor refuses)."""
+    if isinstance(rpe, str) and rpe in positional.available():
+        return positional.get(rpe)
+    if isinstance(rpe, Aggregator):
+        return type(rpe)
+    return LinearAggregator
+
+
+def _build_aggregator(
     rpe: str | positional.RelativePositionBias | None,
     num_heads: int,
     max_len: int | None,
     options: dict[str, Any],
-) -> positional.RelativePositionBias | None:
-    """The encoding module; its options are taken out of ``options``."""
+) -> Aggregator:
+    """The plain aggregator without ``rpe``, else the encoding module (its options are taken
+    out of ``options``)."""
     if rpe is None:
-        return None
+        return LinearAggregator(num_heads=num_heads)
     if isinstance(rpe, positional.RelativePositionBias):
         configured = sorted(
             o for name in positional.available() for o in rpe_option_names(name) if o in options

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from ..aggregator import Aggregator
 from ..functional.banded_step import BandedState, banded_init_state, banded_step
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS
@@ -23,22 +24,19 @@ from ..functional.toeplitz import fft_length, rpe_linear_attention_fft, toeplitz
 AUTO_DENSE_ELEMENTS = 1 << 22
 
 
-class RelativePositionBias(nn.Module):
+class RelativePositionBias(Aggregator):
     """Positional weights ``c_{j−i} = exp(b_{j−i}) > 0`` that multiply the kernel of kernelized
     attention: ``z_i = Σ_j c_{j−i} φ(q_i)·φ(k_j) v_j / Σ_j c_{j−i} φ(q_i)·φ(k_j)``.
 
     Subclasses define the log-coefficients ``b`` (:meth:`log_coefficients`, or
     :meth:`dense_log` for 2-D grids) and the fast paths of their ``methods``; ``"dense"``, the
     O(Lq·Lk) reference, is always available. Parameters are per head (``num_heads``). One
-    module may be shared by every layer of a model (pass the module as ``rpe=``).
+    module may be shared by every layer of a model (pass the module as ``rpe=``). The
+    capability flags (``supports_recurrent``, ``supports_cross``, ``needs_max_len``) and the
+    recurrent methods (``init_state``, ``step``, ``prefill``) are those of
+    :class:`~kattn.aggregator.Aggregator`.
     """
 
-    #: ``init_state``/``step`` exist (decoding one token at a time).
-    supports_recurrent: bool = True
-    #: Lq != Lk is allowed.
-    supports_cross: bool = True
-    #: the parameters depend on ``max_len`` (longer sequences are refused).
-    needs_max_len: bool = False
     #: computation paths; the first is the default.
     methods: tuple[str, ...] = ("dense",)
 
@@ -179,55 +177,6 @@ class RelativePositionBias(nn.Module):
 
     def _attend_fast(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
         raise NotImplementedError
-
-    # ---------------------------------------------------------------------------- recurrent
-    def init_state(
-        self, batch_size: int, num_features: int, *, device: Any, dtype: torch.dtype
-    ) -> Any:
-        """The decoding state before any token."""
-        raise NotImplementedError(f"{type(self).__name__} has no recurrent form")
-
-    def step(
-        self,
-        phi_q: Tensor,
-        phi_k: Tensor,
-        v: Tensor,
-        state: Any,
-        *,
-        k_log_scale: Tensor | None = None,
-        eps: float = DEFAULT_EPS,
-    ) -> tuple[Tensor, Any]:
-        """One causal token: output ``(B, H, 1, Dv)`` and the new state."""
-        raise NotImplementedError(f"{type(self).__name__} has no recurrent form")
-
-    def prefill(
-        self,
-        phi_q: Tensor,
-        phi_k: Tensor,
-        v: Tensor,
-        state: Any,
-        *,
-        k_log_scale: Tensor | None = None,
-        eps: float = DEFAULT_EPS,
-        **kwargs: Any,
-    ) -> tuple[Tensor, Any]:
-        """L causal tokens after ``state``: output ``(B, H, L, Dv)`` and the state after them.
-
-        Token by token through :meth:`step`; encodings with a parallel form override it
-        (``kwargs``: ``chunk_size``/``block_size`` of that form)."""
-        outs = []
-        for t in range(phi_q.shape[2]):
-            scale = None if k_log_scale is None else k_log_scale[:, :, t : t + 1]
-            out, state = self.step(
-                phi_q[:, :, t : t + 1],
-                phi_k[:, :, t : t + 1],
-                v[:, :, t : t + 1],
-                state,
-                k_log_scale=scale,
-                eps=eps,
-            )
-            outs.append(out)
-        return torch.cat(outs, dim=2), state
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, method={self.method!r}"
