@@ -93,6 +93,8 @@ class KernelizedAttention(Attention):
             feature_map, head_dim=head_dim, num_heads=num_heads, **options
         )
         self.feature_map_name = feature_map
+        # read once: a submodule's attribute costs a slow nn.Module lookup on every forward
+        self._positive_features = self.feature_map.positive
         self.normalize_qk = normalize_qk
         if scale is None:
             fm = self.feature_map
@@ -198,7 +200,7 @@ class KernelizedAttention(Attention):
             chunk_size=self.chunk_size,
             block_size=self.block_size,
             eps=self.eps,
-            positive_features=self.feature_map.positive,
+            positive_features=self._positive_features,
         )
 
     def _reference(
