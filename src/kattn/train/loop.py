@@ -28,7 +28,6 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..data import LMData
 from .batches import BatchOrder
 from .checkpoint import (
     BEST,
@@ -47,10 +46,9 @@ from .distributed import (
     resolve_device,
 )
 from .metrics import METRICS, MetricsLog, truncate_metrics
-from .objectives import build_objective
+from .objectives import objective_class
 from .schedules import build_optimizer
 from .summary import run_header, run_results
-from .tasks import build_model, load_task, run_tokenizer
 from .validation import validate
 
 CONFIG = "config.json"
@@ -110,8 +108,8 @@ def train(
 
 
 class _Run:
-    """A run's data, model, optimiser and state; ``from_run`` reads the tokenizer of an ``lm``
-    run from its copy in the run folder (a resumed or finished run)."""
+    """A run's data, model, optimiser and state; ``from_run`` reads the data with the run
+    folder's files (an ``lm`` run's tokenizer), for a resumed or finished run."""
 
     def __init__(
         self,
@@ -130,17 +128,17 @@ class _Run:
                 f"({procs.world_size}) times optim.accumulate ({config.optim.accumulate})"
             )
         self.micro = loop.batch_size // (procs.world_size * config.optim.accumulate)
-        lm = config.data.task == "lm"
-        tokenizer = run_tokenizer(run, config) if lm and from_run else None
+        kind = objective_class(config.data.task)
+        files = run if from_run else None
         if procs.is_main:  # the embedded data is generated once, by the first process
             run.mkdir(parents=True, exist_ok=True)
-            self.data = load_task(config, tokenizer)
+            data = kind.load_data(config, files)
         procs.barrier()
         if not procs.is_main:
-            self.data = load_task(config, tokenizer)
-        self.objective = build_objective(config, self.data)
+            data = kind.load_data(config, files)
+        self.objective = kind(config, data)
         torch.manual_seed(loop.seed)
-        self.model = build_model(config, self.data).to(device)
+        self.model = self.objective.build_model(config).to(device)
         self.net: nn.Module = self.model
         if procs.distributed:
             ids = [device.index] if device.type == "cuda" else None
@@ -169,8 +167,7 @@ class _Run:
         elif main:
             save_json(self.run / CONFIG, self.config.to_dict())
             (self.run / METRICS).unlink(missing_ok=True)
-            if isinstance(self.data, LMData):  # the run folder is enough to generate text
-                self.data.tokenizer.save(self.run)
+            self.objective.write_run_files(self.run)
         log = MetricsLog(
             self.run if main else None,
             total_steps=loop.steps,

@@ -3,9 +3,12 @@
 An :class:`Objective` owns a task's data and says how batches are drawn and scored: which
 examples a split has, the tensors of a batch, the model's logits and loss, the summed
 statistics of a batch, the metrics they give, which validation result is the best, and the
-task's entries of ``results.json``. Two exist: :class:`Classification` (the LRA tasks; best =
+task's entries of ``results.json``. It also says what differs before and around training: how
+the data are read, which model is built, what a run folder keeps besides the config, how the
+run's header describes the data. Two exist: :class:`Classification` (the LRA tasks; best =
 highest accuracy) and :class:`LanguageModelling` (task ``lm``: next-token prediction over
-contiguous blocks of a corpus; best = lowest loss).
+contiguous blocks of a corpus; best = lowest loss). :data:`OBJECTIVES` is the one place that
+chooses the objective of a task.
 
 Summed statistics are ``[loss_sum, correct, count]`` (count: examples or target tokens), so
 that processes and batches add them up before any division.
@@ -15,28 +18,37 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..data import DataFormatError, LMData, TaskData, unigram_bits_per_byte
+from ..data import DataFormatError, LMData, TaskData, Tokenizer, unigram_bits_per_byte
 from .batches import key_mask, majority_baseline, make_batch
-from .config import RunConfig
-from .tasks import block_size
+from .config import CLASSIFICATION_TASKS, RunConfig
+from .tasks import block_size, build_lm, load_lm_data, load_task, run_tokenizer
+from .tasks import build_model as build_classifier
 
 SPLITS = ("train", "valid", "test")
 
+#: the data an objective reads: :class:`~kattn.data.TaskData` or :class:`~kattn.data.LMData`.
+D = TypeVar("D")
 
-class Objective(ABC):
-    """A task's batches, loss and metrics (see the module docstring).
+
+class Objective(ABC, Generic[D]):
+    """A task's data, model, batches, loss and metrics (see the module docstring), built
+    from the run's config and the data :meth:`load_data` read.
 
     Attributes:
         task: the task's name.
         best_metric, higher_is_better: the validation metric that picks the best checkpoint.
         count_key: the metric counting what was scored (left out of the training logs).
         shown: the training metrics on the progress bar.
+        embedded_data: the data a run reads when ``data.path`` is not given (run header).
+        unit: what a split counts, after its size in the run header.
+        paper_preset: the preset of the paper a run with data of its own reproduces by default.
     """
 
     task: str
@@ -44,6 +56,32 @@ class Objective(ABC):
     higher_is_better: bool
     count_key: str
     shown: tuple[str, ...]
+    embedded_data: str
+    unit: str
+    paper_preset: str
+
+    def __init__(self, config: RunConfig, data: D) -> None:
+        self.data = data
+
+    @classmethod
+    @abstractmethod
+    def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> D:
+        """The task's data as ``config`` says, with the files of run folder ``run_dir`` when
+        given (a resumed or finished run)."""
+
+    @classmethod
+    @abstractmethod
+    def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
+        """The (untrained) model of run folder ``run_dir`` with ``config``, and its tokenizer
+        (None when the task has none)."""
+
+    @abstractmethod
+    def build_model(self, config: RunConfig) -> nn.Module:
+        """The (untrained) model that ``config`` trains on the data (seeded by the caller)."""
+
+    def write_run_files(self, run_dir: Path) -> None:
+        """Write what the run folder needs besides ``config.json`` to use the model later
+        (nothing unless the task says)."""
 
     @abstractmethod
     def size(self, split: str) -> int:
@@ -95,15 +133,19 @@ class Objective(ABC):
         """The line a finished run prints."""
 
 
-class Classification(Objective):
+class Classification(Objective[TaskData]):
     """Sequence (pair) classification of an LRA task; best = highest validation accuracy."""
 
     best_metric, higher_is_better = "accuracy", True
     count_key = "examples"
     shown = ("loss", "accuracy", "steps_per_s")
+    embedded_data = "the embedded ListOps set"  # the one task with a default data set
+    unit = "examples"
+    paper_preset = "skyformer"
 
-    def __init__(self, data: TaskData, *, pad_id_mask: bool) -> None:
-        self.data, self.pad_id_mask, self.task = data, pad_id_mask, data.task
+    def __init__(self, config: RunConfig, data: TaskData) -> None:
+        super().__init__(config, data)
+        self.pad_id_mask, self.task = config.data.pad_id_mask, data.task
         for split in SPLITS:
             if not len(getattr(data, split)):
                 raise ValueError(
@@ -111,6 +153,18 @@ class Classification(Objective):
                     f"{data.info.get('source', 'memory')}): a run trains, validates and tests "
                     f"on examples of each split"
                 )
+
+    @classmethod
+    def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> TaskData:
+        return load_task(config)
+
+    @classmethod
+    def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
+        """The classifier, sized by the task's data (read again)."""
+        return build_classifier(config, load_task(config)), None
+
+    def build_model(self, config: RunConfig) -> nn.Module:
+        return build_classifier(config, self.data)
 
     def size(self, split: str) -> int:
         return len(getattr(self.data, split))
@@ -162,7 +216,7 @@ class Classification(Objective):
         )
 
 
-class LanguageModelling(Objective):
+class LanguageModelling(Objective[LMData]):
     """Next-token prediction over contiguous blocks of ``block_size + 1`` tokens of each split
     (inputs: the first ``block_size``; targets: the same shifted by one), so an evaluation
     scores every token of the split's full blocks once; best = lowest validation loss.
@@ -179,19 +233,41 @@ class LanguageModelling(Objective):
     best_metric, higher_is_better = "loss", False
     count_key = "tokens"
     shown = ("loss", "bits_per_byte", "tokens_per_s")
+    embedded_data = "the embedded corpus"
+    paper_preset = "luo-lm"
 
-    def __init__(self, data: LMData, block_size: int) -> None:
-        self.data, self.block_size = data, block_size
+    def __init__(self, config: RunConfig, data: LMData) -> None:
+        super().__init__(config, data)
+        self.block_size = size = block_size(config)
+        self.unit = f"blocks of {size} tokens"
         self.blocks: dict[str, Tensor] = {}
         for split in SPLITS:
             tokens = data.split(split)
-            if len(tokens) < block_size + 1:
+            if len(tokens) < size + 1:
                 raise DataFormatError(
                     f"the {split} split has {len(tokens)} tokens, fewer than one block of "
-                    f"data.block_size + 1 = {block_size + 1}: give a longer corpus or a smaller "
+                    f"data.block_size + 1 = {size + 1}: give a longer corpus or a smaller "
                     f"--block-size"
                 )
-            self.blocks[split] = tokens.unfold(0, block_size + 1, block_size)  # a view
+            self.blocks[split] = tokens.unfold(0, size + 1, size)  # a view
+
+    @classmethod
+    def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> LMData:
+        """The corpus, tokenised by the run folder's copy of the tokenizer when there is one."""
+        return load_lm_data(config, None if run_dir is None else run_tokenizer(run_dir, config))
+
+    @classmethod
+    def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
+        """The causal LM, sized by the run's tokenizer (no corpus is read)."""
+        tokenizer = run_tokenizer(run_dir, config)
+        return build_lm(config, tokenizer.vocab_size), tokenizer
+
+    def build_model(self, config: RunConfig) -> nn.Module:
+        return build_lm(config, self.data.vocab_size)
+
+    def write_run_files(self, run_dir: Path) -> None:
+        """The tokenizer's file, so that the run folder alone is enough to generate text."""
+        self.data.tokenizer.save(run_dir)
 
     def size(self, split: str) -> int:
         return self.blocks[split].shape[0]
@@ -255,8 +331,21 @@ class LanguageModelling(Objective):
         )
 
 
-def build_objective(config: RunConfig, data: TaskData | LMData) -> Objective:
-    """The objective of ``config.data.task`` over ``data``."""
-    if isinstance(data, LMData):
-        return LanguageModelling(data, block_size(config))
-    return Classification(data, pad_id_mask=config.data.pad_id_mask)
+#: the objective of every task.
+OBJECTIVES: dict[str, type[Objective[Any]]] = {
+    **dict.fromkeys(CLASSIFICATION_TASKS, Classification),
+    "lm": LanguageModelling,
+}
+
+
+def objective_class(task: str) -> type[Objective[Any]]:
+    """The objective of ``task`` (a ``ValueError`` naming the tasks otherwise)."""
+    if task not in OBJECTIVES:
+        raise ValueError(f"task must be one of {', '.join(OBJECTIVES)}, got {task!r}")
+    return OBJECTIVES[task]
+
+
+def build_objective(config: RunConfig, data: Any) -> Objective[Any]:
+    """The objective of ``config.data.task`` over ``data`` (what its :meth:`~Objective.load_data`
+    read)."""
+    return objective_class(config.data.task)(config, data)

@@ -14,7 +14,6 @@ from .config import RunConfig
 from .distributed import Processes
 from .metrics import peak_memory
 from .objectives import SPLITS, Objective
-from .tasks import block_size
 
 
 def num_parameters(model: nn.Module) -> int:
@@ -23,7 +22,7 @@ def num_parameters(model: nn.Module) -> int:
 
 def run_header(
     config: RunConfig,
-    objective: Objective,
+    objective: Objective[Any],
     model: nn.Module,
     device: torch.device,
     procs: Processes,
@@ -32,16 +31,12 @@ def run_header(
 ) -> str:
     """One line: task, data (where from, split sizes), model size, mechanism, device and CPU
     threads (and processes, and the step a resumed run starts from)."""
-    task = config.data.task
-    where = config.data.path or (
-        "the embedded corpus" if task == "lm" else "the embedded ListOps set"
-    )
-    unit = f"blocks of {block_size(config)} tokens" if task == "lm" else "examples"
+    where = config.data.path or objective.embedded_data
     sizes = " / ".join(f"{objective.size(split):,} {split}" for split in SPLITS)
     processes = f", {procs.world_size} processes" if procs.distributed else ""
     resumed = "" if resumed_at is None else f"; resuming at step {resumed_at}"
     return (
-        f"kattn train: task {task}, data {where} ({sizes} {unit}), model "
+        f"kattn train: task {config.data.task}, data {where} ({sizes} {objective.unit}), model "
         f"{num_parameters(model):,} parameters, mechanism {config.attention.name}, device "
         f"{device} ({torch.get_num_threads()} threads{processes}){resumed}"
     )
@@ -49,7 +44,7 @@ def run_header(
 
 def run_results(
     config: RunConfig,
-    objective: Objective,
+    objective: Objective[Any],
     model: nn.Module,
     state: RunState,
     test: dict[str, float],

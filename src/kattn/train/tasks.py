@@ -1,11 +1,12 @@
-"""From a :class:`RunConfig` to the task's data and model.
+"""From a :class:`RunConfig` to the task's data and model (the task's
+:class:`~kattn.train.objectives.Objective` says which of these it uses).
 
-``load_task`` reads the task's released files (``data.path``) with the :mod:`kattn.data`
-loaders, cuts sequences to ``data.truncate`` and pads them to ``data.max_len``. ListOps with
-no path is the embedded default: a short ListOps set generated once by
-:func:`kattn.data.generate_listops` and cached (``$KATTN_CACHE``, else
-``~/.cache/kattn``) in the released TSV format. Task ``lm`` reads a corpus
-(:func:`kattn.data.load_corpus`; no path: the standard-library sources) and tokenises it.
+``load_task`` reads a classification task's released files (``data.path``) with the
+:mod:`kattn.data` loaders, cuts sequences to ``data.truncate`` and pads them to
+``data.max_len``. ListOps with no path is the embedded default: a short ListOps set generated
+once by :func:`kattn.data.generate_listops` and cached (``$KATTN_CACHE``, else
+``~/.cache/kattn``) in the released TSV format. ``load_lm_data`` reads the corpus of task
+``lm`` (:func:`kattn.data.load_corpus`; no path: the standard-library sources) and tokenises it.
 """
 
 from __future__ import annotations
@@ -83,13 +84,11 @@ def embedded_listops(create: bool = True) -> Path:
     return folder
 
 
-def load_task(config: RunConfig, tokenizer: Tokenizer | None = None) -> TaskData | LMData:
-    """The task's splits, cut to ``data.truncate`` and padded to ``data.max_len``; for ``lm``
-    the corpus tokenised by ``tokenizer`` (default: the one ``data.tokenizer`` names)."""
+def load_task(config: RunConfig) -> TaskData:
+    """The classification task's splits, cut to ``data.truncate`` and padded to
+    ``data.max_len``."""
     data = config.data
     task = data.task
-    if task == "lm":
-        return tokenize_corpus(load_corpus(data.path), tokenizer or load_tokenizer(data.tokenizer))
     default = EMBEDDED_LISTOPS["max_length"] if task == "listops" and not data.path else None
     length = data.max_len or default or TASK_LENGTHS[task]
     cut = data.truncate or min(length, TASK_LENGTHS[task])
@@ -145,6 +144,13 @@ def pad_task(data: TaskData, length: int) -> TaskData:
     )
 
 
+def load_lm_data(config: RunConfig, tokenizer: Tokenizer | None = None) -> LMData:
+    """The corpus of task ``lm`` tokenised by ``tokenizer`` (default: the one
+    ``data.tokenizer`` names)."""
+    data = config.data
+    return tokenize_corpus(load_corpus(data.path), tokenizer or load_tokenizer(data.tokenizer))
+
+
 def block_size(config: RunConfig) -> int:
     """Tokens per block of task ``lm`` (``data.block_size`` or :data:`LM_BLOCK_SIZE`)."""
     return config.data.block_size or LM_BLOCK_SIZE
@@ -163,14 +169,10 @@ def run_tokenizer(run_dir: str | Path, config: RunConfig) -> Tokenizer:
     return load_tokenizer(copy if copy is not None and copy.is_file() else config.data.tokenizer)
 
 
-def build_model(config: RunConfig, data: TaskData | LMData) -> nn.Module:
-    """The classifier of ``config.model`` with ``config.attention`` in every layer, or for
-    task ``lm`` the :class:`~kattn.nn.CausalLM` over blocks of :func:`block_size` tokens."""
+def build_model(config: RunConfig, data: TaskData) -> nn.Module:
+    """The classifier of ``config.model`` over classification ``data``, with
+    ``config.attention`` in every layer (task ``lm`` builds :func:`build_lm`)."""
     m = config.model
-    if config.data.task == "lm":
-        return build_lm(config, data.vocab_size)
-    if isinstance(data, LMData):
-        raise ValueError(f"a tokenised corpus is the data of task lm, not {config.data.task}")
     encoder: dict[str, Any] = {
         "dim": m.dim,
         "depth": m.num_layers,

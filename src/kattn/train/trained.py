@@ -15,7 +15,7 @@ from ..data import Tokenizer
 from .checkpoint import BEST, LAST, load_model_state
 from .config import RunConfig, load_config
 from .distributed import Processes, resolve_device
-from .tasks import build_lm, build_model, load_task, run_tokenizer
+from .objectives import objective_class
 
 CONFIG = "config.json"
 
@@ -38,12 +38,6 @@ def load_trained_model(
         raise ValueError(f"{run} is not a run folder (no {CONFIG})")
     config = load_config(run / CONFIG)
     target = resolve_device(device, Processes())
-    tokenizer: Tokenizer | None = None
-    model: nn.Module
-    if config.data.task == "lm":
-        tokenizer = run_tokenizer(run, config)
-        model = build_lm(config, tokenizer.vocab_size)
-    else:
-        model = build_model(config, load_task(config))
+    model, tokenizer = objective_class(config.data.task).model_of_run(config, run)
     load_model_state(model, run / (BEST if checkpoint == "best" else LAST), target)
     return model.to(target).eval(), config, tokenizer
