@@ -191,6 +191,67 @@ def _show(found: StudyOutput) -> int:
     return 0
 
 
+def _spectral(args: argparse.Namespace) -> StudyOutput:
+    return run_spectral(
+        args.out,
+        lengths=args.lengths,
+        features=args.features,
+        dim=args.dim,
+        heads=args.heads,
+        seeds=args.seeds,
+        input_std=args.input_std,
+        mechanisms=_names(args.mechanisms),
+        progress=_progress("spectral"),
+    )
+
+
+def _kernel(args: argparse.Namespace) -> StudyOutput:
+    return run_kernel(
+        args.out,
+        features=args.features,
+        dim=args.dim,
+        keys=args.keys,
+        seeds=args.seeds,
+        input_std=args.input_std,
+        variants=_names(args.variants),
+        progress=_progress("kernel"),
+    )
+
+
+def _mechanisms(args: argparse.Namespace) -> StudyOutput:
+    return run_mechanisms(
+        args.out,
+        lengths=args.lengths,
+        dim=args.dim,
+        heads=args.heads,
+        seeds=args.seeds,
+        input_std=args.input_std,
+        mechanisms=_names(args.mechanisms),
+        progress=_progress("mechanisms"),
+    )
+
+
+def _norm_sweep(args: argparse.Namespace) -> StudyOutput:
+    return run_norm_sweep(
+        args.out,
+        radii=args.radii,
+        features=args.features,
+        dim=args.dim,
+        keys=args.keys,
+        seeds=args.seeds,
+        variants=_names(args.variants),
+        sampling=args.sampling or "iid",
+        progress=_progress("norm-sweep"),
+    )
+
+
+#: the study each ``--experiment`` runs
+_STUDIES: dict[str, Callable[[argparse.Namespace], StudyOutput]] = {
+    "norm-sweep": _norm_sweep, "spectral": _spectral, "kernel": _kernel,
+    "mechanisms": _mechanisms,
+}  # fmt: skip
+
+
 def cmd_bench_approx(args: argparse.Namespace) -> int:
     for option, experiments in _APPLIES.items():
         if getattr(args, option) is not None and args.experiment not in experiments:
@@ -198,27 +259,10 @@ def cmd_bench_approx(args: argparse.Namespace) -> int:
                 f"--{option.replace('_', '-')} applies to --experiment "
                 f"{' or '.join(experiments)}, not {args.experiment}"
             )
+    if args.input_std is None:
+        args.input_std = BERT_INIT_STD
     _resolve(args, args.experiment)
-    std = BERT_INIT_STD if args.input_std is None else args.input_std
-    progress = _progress(args.experiment)
-    if args.experiment == "spectral":
-        found = run_spectral(args.out, lengths=args.lengths, features=args.features,
-                             dim=args.dim, heads=args.heads, seeds=args.seeds, input_std=std,
-                             mechanisms=_names(args.mechanisms), progress=progress)  # fmt: skip
-    elif args.experiment == "kernel":
-        found = run_kernel(args.out, features=args.features, dim=args.dim, keys=args.keys,
-                           seeds=args.seeds, input_std=std, variants=_names(args.variants),
-                           progress=progress)  # fmt: skip
-    elif args.experiment == "mechanisms":
-        found = run_mechanisms(args.out, lengths=args.lengths, dim=args.dim, heads=args.heads,
-                               seeds=args.seeds, input_std=std,
-                               mechanisms=_names(args.mechanisms), progress=progress)  # fmt: skip
-    else:
-        found = run_norm_sweep(args.out, radii=args.radii, features=args.features,
-                               dim=args.dim, keys=args.keys, seeds=args.seeds,
-                               variants=_names(args.variants), sampling=args.sampling or "iid",
-                               progress=progress)  # fmt: skip
-    return _show(found)
+    return _show(_STUDIES[args.experiment](args))
 
 
 def cmd_bench_stability(args: argparse.Namespace) -> int:
