@@ -124,7 +124,7 @@ class Registry(Generic[T]):
         merged = {**entry.defaults, **(options or {})}
         own = getattr(entry.cls, "option_names", None)
         if callable(own):
-            return own(merged)  # type: ignore[no-any-return]
+            return own(merged)
         fixed = getattr(entry.cls, "fixed_options", ())
         return keyword_parameters(entry.cls.__init__, exclude=(*self.build_args, *fixed))
 
@@ -134,7 +134,7 @@ class Registry(Generic[T]):
         merged = {**entry.defaults, **(options or {})}
         own = getattr(entry.cls, "option_types", None)
         if callable(own):
-            return own(merged)  # type: ignore[no-any-return]
+            return own(merged)
         return declared_types(entry.cls.__init__, exclude=self.build_args)
 
     def build(self, name: str, /, **kwargs: Any) -> T:

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 
 from .. import features as feature_maps
-from ..features import FeatureMap, GaussianMixtureFeatures
+from ..features import FeatureMap, GaussianMixturePRF, GaussianMixtureRKS
 from .spectral import BERT_INIT_STD
 from .style import mechanism_color, pyplot, save_figure
 
@@ -77,8 +77,8 @@ def fastfood_rks_kernel(fm: FeatureMap, x: Tensor, y: Tensor) -> Tensor:
 
 def gmm_prf_kernel(fm: FeatureMap, x: Tensor, y: Tensor) -> Tensor:
     """The kernel of positive features over ``ω ~ (1/C) Σ_c N(μ_c, diag(v_c))`` (head 0)."""
-    if not isinstance(fm, GaussianMixtureFeatures):
-        raise TypeError(f"expected a GMM feature map, got {type(fm).__name__}")
+    if not isinstance(fm, GaussianMixturePRF):
+        raise TypeError(f"expected a GMM-PRF feature map, got {type(fm).__name__}")
     mean = fm.mean[0].detach().double()  # (C, D)
     var = torch.exp(fm.log_variance[0].detach().double())  # (C, D)
     logs = [
@@ -91,8 +91,8 @@ def gmm_prf_kernel(fm: FeatureMap, x: Tensor, y: Tensor) -> Tensor:
 
 def gmm_rks_kernel(fm: FeatureMap, x: Tensor, y: Tensor) -> Tensor:
     """``(1/C) Σ_c exp(−½ δᵀ Σ_cΣ_cᵀ δ) cos(μ_c·δ)`` with ``δ = x − y`` (head 0)."""
-    if not isinstance(fm, GaussianMixtureFeatures):
-        raise TypeError(f"expected a GMM feature map, got {type(fm).__name__}")
+    if not isinstance(fm, GaussianMixtureRKS):
+        raise TypeError(f"expected a GMM-RKS feature map, got {type(fm).__name__}")
     mean = fm.mean[0].detach().double()  # (C, D)
     spread = fm.scale_matrix[0].detach().double()  # (C, D, D)
     total = torch.zeros(x.shape[0], y.shape[0], dtype=torch.float64)
