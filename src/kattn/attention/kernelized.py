@@ -20,6 +20,7 @@ from .. import features as feature_maps
 from .. import functional as lin
 from .. import positional
 from ..aggregator import Aggregator, LinearAggregator
+from ..checks import positive_float_or_none, positive_int
 from ..features.base import FEATURE_MAPS
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
@@ -82,13 +83,10 @@ class KernelizedAttention(Attention):
             raise TypeError(
                 f"feature_map must be a registered name (str), got {type(feature_map).__name__}"
             )
-        if scale is not None and not scale > 0:
-            raise ValueError(f"scale must be positive or None, got {scale!r}")
-        for arg, value in (("chunk_size", chunk_size), ("block_size", block_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{arg} must be a positive int, got {value!r}")
-        if eps is not None and not eps > 0:
-            raise ValueError(f"eps must be positive or None, got {eps!r}")
+        positive_float_or_none("scale", scale)
+        positive_int("chunk_size", chunk_size)
+        positive_int("block_size", block_size)
+        positive_float_or_none("eps", eps)
         self.feature_map = feature_maps.build(
             feature_map, head_dim=head_dim, num_heads=num_heads, **options
         )

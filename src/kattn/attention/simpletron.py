@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..checks import positive_int
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.simpletron import (
     SimpletronState,
@@ -56,9 +57,8 @@ class SimpletronAttention(Attention):
         block_size: int = DEFAULT_BLOCK_SIZE,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
-        for arg, value in (("chunk_size", chunk_size), ("block_size", block_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{arg} must be a positive int, got {value!r}")
+        positive_int("chunk_size", chunk_size)
+        positive_int("block_size", block_size)
         self.causal_scale = check_causal_scale(causal_scale)
         self.chunk_size = chunk_size
         self.block_size = block_size

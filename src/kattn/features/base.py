@@ -9,7 +9,6 @@ import torch
 from torch import Tensor, nn
 
 from ..checks import is_positive_int
-from ..checks import positive_int as check_positive_int  # noqa: F401  (the feature maps' check)
 from ..registry import FEATURE_MAPS, caller_module
 
 

@@ -26,8 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..checks import positive_int
 from ..functional.hadamard import hadamard_transform, next_power_of_two
-from .base import check_positive_int, register_feature_map, replace_buffer
+from .base import register_feature_map, replace_buffer
 from .spectral import SpectralFeatureMap, SpectralPRF, SpectralRKS, upcast
 
 #: ``learn`` options: which diagonals are learned parameters.
@@ -72,7 +73,7 @@ class FastFoodFeatures(SpectralFeatureMap):
             raise ValueError(f"learn must be one of {', '.join(LEARN)}, got {learn!r}")
         if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a positive number, got {sigma!r}")
-        check_positive_int("num_features", num_features)
+        positive_int("num_features", num_features)
         self.learn = learn
         self.sigma = float(sigma)
         self.block = next_power_of_two(head_dim)

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import FeatureMap, Features, check_positive_int, register_feature_map
+from ..checks import positive_int
+from .base import FeatureMap, Features, register_feature_map
 
 
 def orthogonality_defect(weight: Tensor) -> Tensor:
@@ -104,7 +105,7 @@ class FeedforwardKernel(FeatureMap):
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads)
         if num_features is not None:
-            check_positive_int("num_features", num_features)
+            positive_int("num_features", num_features)
         self._num_features = head_dim if num_features is None else num_features
         self.orthogonal_penalty = check_weight("orthogonal_penalty", orthogonal_penalty)
 
@@ -204,7 +205,7 @@ class FCNNFeedforwardKernel(FeedforwardKernel):
             num_features=num_features,
             orthogonal_penalty=orthogonal_penalty,
         )
-        self.depth = check_positive_int("depth", depth)
+        self.depth = positive_int("depth", depth)
         self.hidden = nn.ParameterList(
             orthogonal_weight(num_heads, head_dim, head_dim) for _ in range(depth)
         )  # each (H, D, D)
@@ -282,9 +283,9 @@ class GLUFeedforwardKernel(FeedforwardKernel):
             num_features=num_features,
             orthogonal_penalty=orthogonal_penalty,
         )
-        self.depth = check_positive_int("depth", depth)
+        self.depth = positive_int("depth", depth)
         if gate_rank is not None:
-            check_positive_int("gate_rank", gate_rank)
+            positive_int("gate_rank", gate_rank)
         self.gate_rank = gate_rank
         widths = [head_dim] * depth + [self.num_features]
         self.layers = nn.ModuleList(

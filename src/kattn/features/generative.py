@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .base import check_positive_int, register_feature_map, replace_buffer
+from ..checks import positive_int
+from .base import register_feature_map, replace_buffer
 from .spectral import SpectralFeatureMap, SpectralPRF, SpectralRKS, upcast
 
 
@@ -53,8 +54,8 @@ class GenerativeFeatures(SpectralFeatureMap):
             generator=generator,
         )
         hidden = 4 * head_dim if hidden_dim is None else hidden_dim
-        check_positive_int("hidden_dim", hidden)
-        check_positive_int("layers", layers)
+        positive_int("hidden_dim", hidden)
+        positive_int("layers", layers)
         if num_heads * num_features < 2:
             raise ValueError(
                 "generative maps need num_heads·num_features >= 2: batch normalisation in the "

@@ -29,11 +29,11 @@ import math
 import torch
 from torch import Tensor, nn
 
+from ..checks import positive_int
 from ..functional.numerics import accumulation_dtype
 from .base import (
     Features,
     ResampledFeatureMap,
-    check_positive_int,
     register_feature_map,
     replace_buffer,
 )
@@ -73,7 +73,7 @@ class SpectralFeatureMap(ResampledFeatureMap):
             option="resample_every",
             generator=generator,
         )
-        check_positive_int("num_features", num_features)
+        positive_int("num_features", num_features)
         self.samples = num_features
 
     @property
@@ -206,7 +206,7 @@ class GaussianMixtureFeatures(SpectralFeatureMap):
             resample_every=resample_every,
             generator=generator,
         )
-        check_positive_int("components", components)
+        positive_int("components", components)
         multiple = self.frequencies_per_draw * components
         if num_features % multiple:
             raise ValueError(

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from ..aggregator import Aggregator
+from ..checks import is_positive_int, positive_int
 from ..functional.banded_step import BandedState, banded_init_state, banded_step
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS
@@ -42,11 +43,8 @@ class RelativePositionBias(Aggregator):
 
     def __init__(self, *, num_heads: int, max_len: int | None = None, method: str | None = None):
         super().__init__()
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"num_heads must be a positive int, got {num_heads!r}")
-        if self.needs_max_len and (
-            isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1
-        ):
+        positive_int("num_heads", num_heads)
+        if self.needs_max_len and not is_positive_int(max_len):
             raise ValueError(
                 f"{type(self).__name__} needs max_len (a positive int: its parameters cover "
                 f"offsets up to max_len − 1), got {max_len!r}"
