@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from kattn.cli import main
-from kattn.cli.train import _SUMMARY
 from kattn.train.config import RunConfig
 from kattn.train.distributed import Processes, resolve_device
 from kattn.train.loop import train
+from kattn.train.objectives import Classification
 from kattn.train.tasks import EMBEDDED_LISTOPS, TASK_LENGTHS, build_model
 from kattn.train.validation import validate
 
@@ -183,7 +183,7 @@ def test_the_library_refuses_a_stop_step_that_is_not_positive(listops_dir, tmp_p
 @pytest.mark.parametrize("rank", [0, 1])
 def test_only_the_first_process_prints_the_results(monkeypatch, capsys, tmp_path, rank):
     """Under torchrun every process runs the command; one summary is printed."""
-    results = {"task": "listops", **{key: 1 for key in _SUMMARY["classification"][1:]}}
+    results = {"task": "listops", **{key: 1 for key in Classification.summary_keys[1:]}}
     monkeypatch.setattr("kattn.cli.train.train", lambda *args, **kwargs: results)
     monkeypatch.setattr("kattn.cli.train.processes_from_env", lambda: Processes(rank, 2))
     assert main(["train", "--out", str(tmp_path / "run"), "--no-progress"]) == 0

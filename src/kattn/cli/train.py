@@ -11,6 +11,7 @@ from ..train.checkpoint import json_text
 from ..train.config import PRESETS, TASKS, RunConfig
 from ..train.distributed import check_device, processes_from_env
 from ..train.loop import Interrupted, train
+from ..train.objectives import objective_class
 from ..train.run import TrainOptions, evaluate_saved_run, resolve_config
 from ..train.validation import validate
 
@@ -19,15 +20,6 @@ _CONFIG_FLAGS = (
     "config", "task", "data", "level", "attention", "attention_option", "preset", "set", "steps",
     "batch_size", "eval_every", "seed", "device", "block_size", "tokenizer",
 )  # fmt: skip
-
-#: what the end of a run prints, per kind of task.
-_SUMMARY = {
-    "classification": ("task", "mechanism", "steps", "test_accuracy", "best_valid_accuracy",
-                       "majority_baseline", "wall_time_s", "steps_per_s"),
-    "lm": ("task", "mechanism", "steps", "test_loss", "test_perplexity", "test_bits_per_byte",
-           "best_valid_loss", "best_valid_bits_per_byte", "unigram_bits_per_byte",
-           "wall_time_s", "steps_per_s", "tokens_per_s"),
-}  # fmt: skip
 
 
 def add_train_parsers(sub: Any) -> None:
@@ -174,7 +166,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     except FileExistsError as err:
         raise ValueError(str(err)) from None
     if main:
-        keys = _SUMMARY["lm" if results["task"] == "lm" else "classification"]
+        keys = objective_class(results["task"]).summary_keys
         print(json_text({k: results[k] for k in keys}, indent=2))
     return 0
 

@@ -49,6 +49,9 @@ class Objective(ABC, Generic[D]):
         embedded_data: the data a run reads when ``data.path`` is not given (run header).
         unit: what a split counts, after its size in the run header.
         paper_preset: the preset of the paper a run with data of its own reproduces by default.
+        summary_keys: the results a finished ``kattn train`` prints.
+        needs_causal: the task's model attends causally (a mechanism without a causal form
+            is refused).
     """
 
     task: str
@@ -59,6 +62,13 @@ class Objective(ABC, Generic[D]):
     embedded_data: str
     unit: str
     paper_preset: str
+    summary_keys: tuple[str, ...]
+    needs_causal: bool = False
+
+    @staticmethod
+    @abstractmethod
+    def check_data_fields(config: RunConfig) -> None:
+        """``ValueError`` for a ``data.*`` field the task does not use."""
 
     def __init__(self, config: RunConfig, data: D) -> None:
         self.data = data
@@ -142,6 +152,14 @@ class Classification(Objective[TaskData]):
     embedded_data = "the embedded ListOps set"  # the one task with a default data set
     unit = "examples"
     paper_preset = "skyformer"
+    summary_keys = ("task", "mechanism", "steps", "test_accuracy", "best_valid_accuracy",
+                    "majority_baseline", "wall_time_s", "steps_per_s")  # fmt: skip
+
+    @staticmethod
+    def check_data_fields(config: RunConfig) -> None:
+        for key in ("block_size", "tokenizer"):
+            if getattr(config.data, key) is not None:
+                raise ValueError(f"data.{key} is for task lm, not {config.data.task}")
 
     def __init__(self, config: RunConfig, data: TaskData) -> None:
         super().__init__(config, data)
@@ -235,6 +253,20 @@ class LanguageModelling(Objective[LMData]):
     shown = ("loss", "bits_per_byte", "tokens_per_s")
     embedded_data = "the embedded corpus"
     paper_preset = "luo-lm"
+    summary_keys = ("task", "mechanism", "steps", "test_loss", "test_perplexity",
+                    "test_bits_per_byte", "best_valid_loss", "best_valid_bits_per_byte",
+                    "unigram_bits_per_byte", "wall_time_s", "steps_per_s",
+                    "tokens_per_s")  # fmt: skip
+    needs_causal = True
+
+    @staticmethod
+    def check_data_fields(config: RunConfig) -> None:
+        for key in ("max_len", "truncate"):
+            if getattr(config.data, key) is not None:
+                raise ValueError(
+                    f"data.{key} is not used by task lm: its sequences are blocks of "
+                    f"data.block_size tokens"
+                )
 
     def __init__(self, config: RunConfig, data: LMData) -> None:
         super().__init__(config, data)

@@ -10,6 +10,7 @@ from typing import Any
 from .checkpoint import save_json
 from .config import RunConfig, apply_overrides, drop_preset_options, load_config, preset
 from .loop import evaluate_run
+from .objectives import objective_class
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def _start(options: TrainOptions) -> RunConfig:
             config.data.task = options.task
         return config
     task = options.task or "listops"
-    paper = "luo-lm" if task == "lm" else "skyformer"
+    paper = objective_class(task).paper_preset
     name = options.preset or (paper if options.data or task not in ("listops", "lm") else "small")
     return preset(name, task)
 

@@ -11,6 +11,7 @@ from typing import Any
 from ..registry import MECHANISMS
 from .config import AMP_DTYPES, SCHEDULES, TASKS, RunConfig
 from .distributed import check_device
+from .objectives import objective_class
 from .schedules import ONE_CYCLE_FALLBACK_SHARE, one_cycle_warmup
 
 
@@ -131,21 +132,12 @@ def _check_warmup(config: RunConfig) -> None:
 
 def _validate_task_fields(config: RunConfig) -> None:
     data, attention = config.data, config.attention
-    if data.task != "lm":
-        for key in ("block_size", "tokenizer"):
-            if getattr(data, key) is not None:
-                raise ValueError(f"data.{key} is for task lm, not {data.task}")
-        return
-    for key in ("max_len", "truncate"):
-        if getattr(data, key) is not None:
-            raise ValueError(
-                f"data.{key} is not used by task lm: its sequences are blocks of "
-                f"data.block_size tokens"
-            )
-    if not mechanism_supports_causal(attention.name, attention.options):
+    objective = objective_class(data.task)
+    objective.check_data_fields(config)
+    if objective.needs_causal and not mechanism_supports_causal(attention.name, attention.options):
         raise ValueError(
-            f"task lm needs a causal mechanism, and {attention.name!r} has no causal form "
-            "(supports_causal is False); see kattn list"
+            f"task {data.task} needs a causal mechanism, and {attention.name!r} has no causal "
+            "form (supports_causal is False); see kattn list"
         )
 
 
