@@ -51,7 +51,7 @@ NOT_MEASURED: list[NotMeasured] = [
     N("docs/feedforward-kernels.md", "| option | maps | default | meaning |", True, "defaults"),
     N("docs/feedforward-kernels.md", "The thesis chose λ = 0.1", False, "the paper's setting"),
     N("docs/kernelized.md", "below 0.12 at M = 1024 (q, k ~ N(0, 0.25), D = 16, L = 128)", False,
-      "a bound tests/test_kernelized.py checks, and its inputs"),
+      "a bound tests/attention/test_kernelized.py checks, and its inputs"),
     N("docs/nystrom.md", "(the released code uses 0.1)", False, "a setting"),
     N("docs/nystrom.md", "1 MiB of rows at a time, at most 8 blocks", False, "settings"),
     N("docs/nystrom.md", "q, k and v (4 MiB at this size)", False,
@@ -65,7 +65,7 @@ NOT_MEASURED: list[NotMeasured] = [
     N("docs/nystrom.md", "grows by 3.25 a step", False, "arithmetic: the step's 13/4 on a zero "
       "eigenvalue"),
     N("docs/nystrom.md", "still more than 10% off after 6 steps", False,
-      "a bound tests/test_gaussian_nystrom.py checks"),
+      "a bound tests/functional/test_gaussian_nystrom.py checks"),
     N("docs/learned-kernels.md", "4 × (Linear, BatchNorm, LeakyReLU)", False, "an architecture"),
     N("docs/learned-kernels.md", "64×64 matmul", False, "a shape"),
     N("docs/performance.md", "20× target", False, "a target"),
