@@ -19,7 +19,8 @@ FLAG_TITLES = {
 
 def mechanism_rows() -> list[dict[str, Any]]:
     """One dict per registered mechanism, in :func:`kattn.available` order: name, summary,
-    reference, complexity, default options and every capability flag."""
+    reference, complexity, default options, every capability flag, and what it approximates,
+    its size option and its plot colour."""
     rows = []
     for name in available():
         s = spec(name)
@@ -31,20 +32,25 @@ def mechanism_rows() -> list[dict[str, Any]]:
                 "complexity": s.complexity,
                 "defaults": dict(s.defaults),
                 **{f: getattr(s, f) for f in CAPABILITY_FLAGS},
+                "approximates": s.approximates,
+                "size_option": s.size_option,
+                "colour": s.colour,
             }
         )
     return rows
 
 
 def mechanism_table_markdown() -> str:
-    """The markdown table of the registered mechanisms: name, a yes/- column per capability
-    flag, complexity and summary (no trailing newline)."""
+    """The markdown table of the registered mechanisms (``kattn list``, and the README's table):
+    name, summary, a yes/- column per capability flag, complexity and paper (no trailing
+    newline)."""
     titles = [FLAG_TITLES[f] for f in CAPABILITY_FLAGS]
     lines = [
-        "| mechanism | " + " | ".join(titles) + " | complexity | summary |",
-        "|---|" + "---|" * len(titles) + "---|---|",
+        "| mechanism | what | " + " | ".join(titles) + " | complexity | paper |",
+        "|---|---|" + "---|" * len(titles) + "---|---|",
     ]
     for row in mechanism_rows():
         marks = " | ".join("yes" if row[f] else "-" for f in CAPABILITY_FLAGS)
-        lines.append(f"| {row['name']} | {marks} | {row['complexity']} | {row['summary']} |")
+        cells = [row["name"], row["summary"], marks, row["complexity"], row["reference"]]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -65,4 +65,5 @@ def test_json_rows_and_table_rows_come_from_one_catalogue():
     table = mechanism_table_markdown().splitlines()
     assert len(table) == 2 + len(rows)
     for row, line in zip(rows, table[2:], strict=True):
-        assert line.startswith(f"| {row['name']} |") and line.endswith(f"| {row['summary']} |")
+        assert line.startswith(f"| {row['name']} | {row['summary']} |")
+        assert line.endswith(f"| {row['complexity']} | {row['reference']} |")

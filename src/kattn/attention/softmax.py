@@ -93,7 +93,8 @@ class SoftmaxAttention(Attention):
 register_mechanism(
     "softmax",
     SoftmaxAttention,
-    summary="Exact scaled dot-product softmax attention (the reference).",
+    summary="Exact scaled dot-product softmax attention (the reference); decodes with a "
+    "key/value cache.",
     reference="Vaswani et al., Attention Is All You Need, NeurIPS 2017",
     complexity="O(L²·D) time; O(L) memory with fused kernels, O(L²) otherwise",
     colour="#000000",
