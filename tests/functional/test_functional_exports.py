@@ -2,6 +2,7 @@
 
 import importlib
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_the_api_page_lists_every_export():
         ("rpe_blocked", ["rpe_linear_attention_blocked", "ToeplitzRows", "DenseRows"]),
         ("decay", ["decay_linear_attention", "decay_prefill", "decay_step", "decay_init_state"]),
         ("banded", ["banded_linear_attention", "banded_log_coefficients"]),
-        ("banded_step", ["BandedState", "banded_init_state", "banded_step"]),
+        ("banded_decoding", ["BandedState", "banded_init_state", "banded_step"]),
     ],
 )
 def test_the_relative_position_maths_is_exported(module, names):
@@ -51,6 +52,11 @@ def test_the_relative_position_maths_is_exported(module, names):
     for name in names:
         assert name in kattn.functional.__all__
         assert getattr(kattn.functional, name) is getattr(source, name)
+
+
+def test_no_exported_name_hides_a_submodule():
+    submodules = {m.name for m in pkgutil.iter_modules(kattn.functional.__path__)}
+    assert not submodules & set(kattn.functional.__all__)
 
 
 def test_the_api_page_example_of_kattn_functional_runs():

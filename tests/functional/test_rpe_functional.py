@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kattn.functional.banded import banded_linear_attention, banded_log_coefficients
-from kattn.functional.banded_step import banded_init_state, banded_step
+from kattn.functional.banded_decoding import banded_init_state, banded_step
 from kattn.functional.linear import linear_attention_reference
 from kattn.functional.linear_causal import linear_attention_prefill
 from kattn.functional.toeplitz import (

@@ -1,7 +1,7 @@
 """Pure tensor maths on ``(B, H, L, ·)`` tensors; a slow reference beside each fast path."""
 
 from .banded import banded_linear_attention, banded_log_coefficients
-from .banded_step import BandedState, banded_init_state, banded_step
+from .banded_decoding import BandedState, banded_init_state, banded_step
 from .decay import (
     decay_init_state,
     decay_linear_attention,

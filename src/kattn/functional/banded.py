@@ -11,7 +11,7 @@ matrix is a band plus two constants. So
   the keys delayed by ``left`` positions (causal);
 
 in O(L·((left + right)·(M + Dv) + M·Dv)) time instead of the FFT's O(L log L·M·Dv), with the
-same result. :func:`~kattn.functional.banded_step.banded_step` decodes with a window of the
+same result. :func:`~kattn.functional.banded_step` decodes with a window of the
 last ``left`` tokens and one linear-attention state for the rest.
 
 Coefficients are given as log-coefficients ``(H, left + right + 1)`` of the offsets

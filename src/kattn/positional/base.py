@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ..aggregator import Aggregator
 from ..checks import is_positive_int, positive_int
-from ..functional.banded_step import BandedState, banded_init_state, banded_step
+from ..functional.banded_decoding import BandedState, banded_init_state, banded_step
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS
 from ..functional.rpe_blocked import (
@@ -181,7 +181,7 @@ class RelativePositionBias(Aggregator):
 
 
 class WindowDecoding:
-    """Mixin: decoding with a :class:`~kattn.functional.banded_step.BandedState` (a window of
+    """Mixin: decoding with a :class:`~kattn.functional.BandedState` (a window of
     recent tokens and one linear-attention state); the class gives the window's
     log-coefficients by :meth:`decoding_window`."""
 

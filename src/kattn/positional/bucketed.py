@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..functional.banded import banded_linear_attention
-from ..functional.banded_step import BandedState
+from ..functional.banded_decoding import BandedState
 from ..registry import check_option_types, register_encoding
 from .base import RelativePositionBias, WindowDecoding
 

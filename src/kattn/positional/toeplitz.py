@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..checks import is_positive_int
-from ..functional.banded_step import BandedState
+from ..functional.banded_decoding import BandedState
 from ..functional.rpe_blocked import DenseRows, RowLogCoefficients
 from ..functional.toeplitz import fft_length
 from ..functional.toeplitz2d import (
