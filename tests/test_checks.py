@@ -7,6 +7,7 @@ import pytest
 
 from kattn.checks import (
     boolean,
+    int_at_least,
     positive_float,
     positive_float_or_none,
     positive_int,
@@ -50,3 +51,10 @@ def test_boolean_takes_only_true_and_false():
     for bad in (0, 1, "yes", None):
         with pytest.raises(TypeError, match=r"^flag must be a bool"):
             boolean("flag", bad)
+
+
+def test_int_at_least_names_the_bound():
+    assert int_at_least("n", 0, 0) == 0 and int_at_least("n", 5, 2) == 5
+    for bad in (1, 2.0, True, None):
+        with pytest.raises(ValueError, match=rf"^n must be an int >= 2, got {bad!r}$"):
+            int_at_least("n", bad, 2)

@@ -21,6 +21,13 @@ def positive_int(name: str, value: object) -> int:
     return value  # type: ignore[return-value]
 
 
+def int_at_least(name: str, value: object, least: int) -> int:
+    """``value`` if it is an int (not a bool) of at least ``least``, else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    return value
+
+
 def positive_int_or_none(name: str, value: object) -> int | None:
     """``value`` if it is None or a positive int (not a bool), else ``ValueError``."""
     if value is not None and not is_positive_int(value):

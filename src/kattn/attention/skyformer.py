@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..checks import positive_float, positive_int_or_none
+from ..checks import int_at_least, positive_float, positive_int_or_none
 from ..functional.nystrom import (
     PINV_INITS,
     skyformer_attention,
@@ -57,10 +57,7 @@ class SkyformerAttention(Attention):
         pinv_init: str = "identity",
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
-        if isinstance(num_landmarks, bool) or not isinstance(num_landmarks, int):
-            raise ValueError(f"num_landmarks must be an int >= 2, got {num_landmarks!r}")
-        if num_landmarks < 2:
-            raise ValueError(f"num_landmarks must be an int >= 2, got {num_landmarks!r}")
+        int_at_least("num_landmarks", num_landmarks, 2)
         positive_float("gamma", gamma)
         positive_int_or_none("pinv_iterations", pinv_iterations)
         if pinv_init not in PINV_INITS:

@@ -17,6 +17,8 @@ from typing import TypeAlias
 
 import numpy as np
 
+from ..checks import int_at_least
+
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
 #: below ``max_depth``, a node is an operator with this probability and a digit otherwise.
@@ -146,9 +148,9 @@ def generate_listops(
     """
     sizes = {"num_train": num_train, "num_valid": num_valid, "num_test": num_test}
     for name, value in sizes.items():
-        _check_int(name, value, 0)
-    _check_int("max_depth", max_depth, 1)
-    _check_int("max_args", max_args, 2)
+        int_at_least(name, value, 0)
+    int_at_least("max_depth", max_depth, 1)
+    int_at_least("max_args", max_args, 2)
     _check_window(min_length, max_length, max_depth, max_args)
     total = num_train + num_valid + num_test
     limit = max(100_000, 100 * total) if max_attempts is None else max_attempts
@@ -215,15 +217,10 @@ def write_listops(
     return paths
 
 
-def _check_int(name: str, value: int, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
-
-
 def _check_window(min_length: int, max_length: int, max_depth: int, max_args: int) -> None:
     """Refuse windows no tree fits: lengths are >= 1 and at most the full tree's length."""
-    _check_int("min_length", min_length, -(2**63))
-    _check_int("max_length", max_length, -(2**63))
+    int_at_least("min_length", min_length, -(2**63))
+    int_at_least("max_length", max_length, -(2**63))
     if max_length - min_length < 2 or max_length <= 1:
         raise ValueError(
             f"no length satisfies min_length={min_length} < length < max_length={max_length} "

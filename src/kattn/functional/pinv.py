@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..checks import int_at_least
 from .numerics import autocast_off, without_autocast
 
 #: ``init`` options of :func:`iterative_pinv`.
@@ -93,8 +94,7 @@ def iterative_pinv_solve(
 
 
 def _check_pinv_args(m: Tensor, iterations: int, init: str) -> None:
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0:
-        raise ValueError(f"iterations must be a non-negative int, got {iterations!r}")
+    int_at_least("iterations", iterations, 0)
     if init not in PINV_INITS:
         raise ValueError(f"init must be one of {PINV_INITS}, got {init!r}")
     if m.dim() < 2 or m.shape[-1] != m.shape[-2]:
