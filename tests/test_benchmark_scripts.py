@@ -70,3 +70,21 @@ def test_rpe_blocked_speed_quick_run_writes_results(tmp_path):
     }
     assert all(r["blocked_seconds"] > 0 and r["fft_seconds"] > 0 for r in rows)
     assert "| 16 | 256 | train causal |" in md.read_text()
+
+
+def test_before_after_quick_run_compares_two_versions(tmp_path):
+    script = ROOT / "benchmarks" / "before_after.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--before", "HEAD", "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (js,) = tmp_path.glob("before-after-HEAD-*-quick.json")
+    report = json.loads(js.read_text())
+    assert set(report["paths"]) == {"performer causal", "softmax causal", "cumsum causal",
+                                    "performer", "softmax"}  # fmt: skip
+    for row in report["paths"].values():
+        assert len(row["round_ratios"]) == 2 and row["ratio"] > 0
+    assert len(report["round_seconds"]["before"]) == len(report["round_seconds"]["after"]) == 2
