@@ -375,3 +375,29 @@ def test_presets_follow_the_paper_table_5():
 def test_bad_options_are_refused(name, options, match):
     with pytest.raises(ValueError, match=match):
         kattn.build(name, head_dim=8, num_heads=1, **options)
+
+
+@pytest.mark.parametrize(
+    "spectrum, name",
+    [
+        ("GaussianMixtureFeatures", "gmm"),
+        ("FastFoodFeatures", "fastfood"),
+        ("GenerativeFeatures", "generative"),
+    ],
+)
+@pytest.mark.parametrize("form", ["rks", "prf"])
+def test_a_spectrum_called_with_a_form_is_that_registered_map(spectrum, name, form):
+    cls = getattr(kattn.features, spectrum)
+    torch.manual_seed(0)
+    direct = cls(head_dim=8, num_heads=2, num_features=16, form=form)
+    torch.manual_seed(0)
+    built = kattn.features.build(f"{name}_{form}", head_dim=8, num_heads=2, num_features=16)
+    assert type(direct) is type(built) and isinstance(direct, cls)
+    x = torch.randn(1, 2, 5, 8, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(direct.features(x), built.features(x))
+    with pytest.raises(ValueError, match="needs form="):
+        cls(head_dim=8, num_heads=2, num_features=16)
+    with pytest.raises(ValueError, match=f"is the '{form}' form"):
+        type(built)(
+            head_dim=8, num_heads=2, num_features=16, form="prf" if form == "rks" else "rks"
+        )

@@ -61,6 +61,7 @@ class FastFoodFeatures(SpectralFeatureMap):
         sigma: float = 1.0,
         resample_every: str | int = 100,
         generator: torch.Generator | None = None,
+        form: str | None = None,
     ) -> None:
         super().__init__(
             head_dim=head_dim,
@@ -68,6 +69,7 @@ class FastFoodFeatures(SpectralFeatureMap):
             num_features=num_features,
             resample_every=resample_every,
             generator=generator,
+            form=form,
         )
         if learn not in LEARN:
             raise ValueError(f"learn must be one of {', '.join(LEARN)}, got {learn!r}")

@@ -45,6 +45,7 @@ class GenerativeFeatures(SpectralFeatureMap):
         layers: int = 4,
         resample_every: str | int = 100,
         generator: torch.Generator | None = None,
+        form: str | None = None,
     ) -> None:
         super().__init__(
             head_dim=head_dim,
@@ -52,6 +53,7 @@ class GenerativeFeatures(SpectralFeatureMap):
             num_features=num_features,
             resample_every=resample_every,
             generator=generator,
+            form=form,
         )
         hidden = 4 * head_dim if hidden_dim is None else hidden_dim
         positive_int("hidden_dim", hidden)

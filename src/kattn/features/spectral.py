@@ -25,6 +25,7 @@ Kernelized attention scales q and k by ``D^-¼`` each by default, as the release
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -52,6 +53,7 @@ class SpectralFeatureMap(ResampledFeatureMap):
 
     approximates_softmax = False
     softmax_scaling = True
+    fixed_options = ("form",)  # the registered name says it: gmm_rks, gmm_prf, …
     #: ``"rks"`` or ``"prf"``, set by the form class (shown in ``repr``).
     form: str
     #: features per frequency: 2 (cos and sin) for RKS, 1 for PRF.
@@ -65,6 +67,7 @@ class SpectralFeatureMap(ResampledFeatureMap):
         num_features: int,
         resample_every: str | int = 100,
         generator: torch.Generator | None = None,
+        form: str | None = None,
     ) -> None:
         super().__init__(
             head_dim=head_dim,
@@ -73,8 +76,24 @@ class SpectralFeatureMap(ResampledFeatureMap):
             option="resample_every",
             generator=generator,
         )
+        if form not in (None, self.form):  # only a direct construction can disagree
+            raise ValueError(f"{type(self).__name__} is the {self.form!r} form, got {form!r}")
         positive_int("num_features", num_features)
         self.samples = num_features
+
+    def __new__(cls, *args: Any, form: str | None = None, **kwargs: Any) -> Any:
+        """A spectrum called with ``form="rks"`` or ``"prf"``
+        (``GaussianMixtureFeatures(..., form="prf")``) makes the class that joins that form
+        with it (``GaussianMixturePRF``); a spectrum without a form is refused."""
+        if cls.spectrum() is cls:
+            joined = {c.form: c for c in cls.__subclasses__() if issubclass(c, _FORMS)}
+            if form not in joined:
+                raise ValueError(
+                    f"{cls.__name__} needs form={' or '.join(map(repr, sorted(joined)))} (or "
+                    f"use {', '.join(c.__name__ for c in joined.values())}), got {form!r}"
+                )
+            cls = joined[form]
+        return super().__new__(cls)
 
     @property
     def resample_every(self) -> str | int:
@@ -153,6 +172,9 @@ class SpectralPRF(SpectralFeatureMap):
         return positive_values(self.project(x, scale))[0]
 
 
+_FORMS = (SpectralRKS, SpectralPRF)
+
+
 def upcast(t: Tensor) -> Tensor:
     """``t`` in its accumulation dtype: fp32 for half precision, else unchanged."""
     return t.to(accumulation_dtype(t.dtype))
@@ -198,6 +220,7 @@ class GaussianMixtureFeatures(SpectralFeatureMap):
         components: int = 2,
         resample_every: str | int = 100,
         generator: torch.Generator | None = None,
+        form: str | None = None,
     ) -> None:
         super().__init__(
             head_dim=head_dim,
@@ -205,6 +228,7 @@ class GaussianMixtureFeatures(SpectralFeatureMap):
             num_features=num_features,
             resample_every=resample_every,
             generator=generator,
+            form=form,
         )
         positive_int("components", components)
         multiple = self.frequencies_per_draw * components
