@@ -200,3 +200,12 @@ def test_an_unknown_encoding_name_leaves_the_flags_and_is_refused_by_build():
     assert capability_flags(KernelizedAttention.capabilities(rpe="nope")) == (True, True)
     with pytest.raises(ValueError, match="nope"):
         build(rpe="nope")
+
+
+def test_the_aggregator_follows_a_reassigned_rpe():
+    attn = kattn.build("performer", head_dim=D, num_heads=H, num_features=8)
+    assert type(attn.aggregator) is LinearAggregator
+    attn.rpe = kattn.positional.build("decay", num_heads=H)
+    assert attn.aggregator is attn.rpe
+    attn.rpe = None
+    assert type(attn.aggregator) is LinearAggregator and "aggregator" not in repr(attn)

@@ -9,7 +9,14 @@ import pytest
 
 import kattn
 from kattn.bench.mechanism_error import EXACT_REFERENCES
-from kattn.registry import ENCODINGS, FEATURE_MAPS, MECHANISMS, Registry, caller_module
+from kattn.registry import (
+    ENCODINGS,
+    FEATURE_MAPS,
+    MECHANISMS,
+    Registry,
+    caller_module,
+    derived_colour,
+)
 
 PACKAGES = ("kattn.attention", "kattn.features", "kattn.positional")
 REGISTRIES = (MECHANISMS, FEATURE_MAPS, ENCODINGS)
@@ -102,3 +109,16 @@ def sizes(module):
 def test_registered_colours_are_distinct():
     colours = [kattn.spec(n).colour for n in kattn.available()]
     assert len(set(colours)) == len(colours)
+
+
+def test_a_colour_derived_from_the_name_is_stable_and_apart_from_the_registered_ones():
+    registered = {kattn.spec(n).colour for n in kattn.available()}
+    derived = [derived_colour(f"mechanism_{i}") for i in range(200)]
+    assert derived == [derived_colour(f"mechanism_{i}") for i in range(200)]
+    assert all(len(c) == 7 and c.startswith("#") for c in derived)
+    assert not registered & set(derived) and len(set(derived)) > 150
+
+
+def test_a_name_that_is_not_a_string_is_a_type_error():
+    with pytest.raises(TypeError):
+        kattn.build(["performer"], head_dim=8, num_heads=1)

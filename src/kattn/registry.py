@@ -8,7 +8,9 @@ user's options over the preset's and constructs the module.
 
 from __future__ import annotations
 
+import colorsys
 import functools
+import hashlib
 import importlib
 import inspect
 import numbers
@@ -99,7 +101,7 @@ class Registry(Generic[T]):
         """The entry of ``name`` (``ValueError`` listing the registered names otherwise)."""
         try:
             return self._items[name]
-        except (KeyError, TypeError):
+        except KeyError:
             raise ValueError(
                 f"unknown {self.kind} {name!r}; registered ones are: {', '.join(self.available())}"
             ) from None
@@ -277,8 +279,6 @@ ENCODINGS: Registry[RelativePositionBias] = Registry(
     "relative positional encoding", build_args=("num_heads", "max_len")
 )
 
-#: spare colours for mechanisms registered without one (a stable pick by name)
-SPARE_COLOURS = ("#bcbd22", "#e377c2", "#c49c94", "#f7b6d2", "#c5b0d5", "#dbdb8d", "#ff9896")
 
 
 def register_mechanism(
@@ -306,7 +306,7 @@ def register_mechanism(
             the mechanism is exact or estimates no exact attention.
         size_option: the option setting its size (``num_features``, ``num_landmarks``, ...),
             which ``kattn bench speed --features`` sets.
-        colour: its colour in plots (default: a stable pick from :data:`SPARE_COLOURS`).
+        colour: its colour in plots (default: :func:`derived_colour` of the name).
     """
     info = MechanismInfo(
         summary.strip(), reference.strip(), complexity, approximates, size_option, colour
@@ -327,8 +327,12 @@ def available() -> list[str]:
 
 
 def derived_colour(name: str) -> str:
-    """A stable colour for ``name`` from :data:`SPARE_COLOURS`."""
-    return SPARE_COLOURS[sum(name.encode()) % len(SPARE_COLOURS)]
+    """A stable colour for ``name``: a hue from a hash of the name at a fixed, mid lightness
+    and saturation (readable on white), so that names without a registered colour differ
+    from each other and, almost surely, from the registered ones."""
+    hue = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big") / 2**32
+    red, green, blue = colorsys.hls_to_rgb(hue, 0.45, 0.7)
+    return "#" + "".join(f"{round(255 * c):02x}" for c in (red, green, blue))
 
 
 def spec(name: str) -> MechanismSpec:

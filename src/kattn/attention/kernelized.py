@@ -54,8 +54,6 @@ class KernelizedAttention(Attention):
     """
 
     supports_recurrent = True
-    #: the sums over keys: the encoding ``rpe`` or the plain linear aggregator.
-    aggregator: Aggregator
 
     def __init__(
         self,
@@ -75,10 +73,9 @@ class KernelizedAttention(Attention):
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
         self._check_option_types(normalize_qk=normalize_qk, scale=scale, eps=eps)
         aggregator = _build_aggregator(rpe, num_heads, max_len, options)
-        # An encoding stays the submodule ``rpe`` (its state_dict keys and the public attribute
-        # unchanged); ``aggregator`` names the same object again without registering it twice.
+        # An encoding is the submodule ``rpe`` (its state_dict keys and the public attribute);
+        # the plain aggregator has no parameters and is not registered (see ``aggregator``).
         self.rpe = aggregator if isinstance(aggregator, positional.RelativePositionBias) else None
-        self.__dict__["aggregator"] = aggregator
         if not isinstance(feature_map, str):
             raise TypeError(
                 f"feature_map must be a registered name (str), got {type(feature_map).__name__}"
@@ -91,8 +88,6 @@ class KernelizedAttention(Attention):
             feature_map, head_dim=head_dim, num_heads=num_heads, **options
         )
         self.feature_map_name = feature_map
-        # read once: a submodule's attribute costs a slow nn.Module lookup on every forward
-        self._positive_features = self.feature_map.positive
         self.normalize_qk = normalize_qk
         if scale is None:
             fm = self.feature_map
@@ -106,6 +101,17 @@ class KernelizedAttention(Attention):
         self.eps = float(eps)
         self._set_capabilities(rpe=aggregator)
         self.limits_length = aggregator.needs_max_len
+
+    @property
+    def aggregator(self) -> Aggregator:
+        """The sums over keys: the encoding ``rpe``, or a plain ``LinearAggregator`` (made once,
+        not a child module: nothing in ``state_dict`` or ``repr``)."""
+        if self.rpe is not None:
+            return self.rpe
+        plain = self.__dict__.get("_linear_aggregator")
+        if plain is None:
+            plain = self.__dict__["_linear_aggregator"] = LinearAggregator(num_heads=self.num_heads)
+        return plain
 
     @classmethod
     def option_names(cls, options: Mapping[str, Any]) -> list[str]:
@@ -198,7 +204,7 @@ class KernelizedAttention(Attention):
             chunk_size=self.chunk_size,
             block_size=self.block_size,
             eps=self.eps,
-            positive_features=self._positive_features,
+            positive_features=self.feature_map.positive,
         )
 
     def _reference(
@@ -282,9 +288,8 @@ def rpe_option_names(name: str) -> dict[str, str]:
 
 
 def aggregator_class(rpe: object) -> type[Aggregator]:
-    """The aggregator class that ``rpe`` gives: the encoding's class for a registered name or
-    a module, :class:`~kattn.aggregator.LinearAggregator` for None (and for anything else,
-    which the constructor refuses)."""
+    """The aggregator class ``rpe`` gives: the encoding's class for a registered name or a
+    module, else ``LinearAggregator`` (for None; anything else the constructor refuses)."""
     if isinstance(rpe, str) and rpe in positional.available():
         return positional.get(rpe)
     if isinstance(rpe, Aggregator):
