@@ -66,6 +66,11 @@ class Objective(ABC, Generic[D]):
     needs_causal: bool = False
 
     @staticmethod
+    def has_embedded_data(task: str) -> bool:
+        """Whether ``task`` runs on :attr:`embedded_data` when no ``data.path`` is given."""
+        return True
+
+    @staticmethod
     @abstractmethod
     def check_data_fields(config: RunConfig) -> None:
         """``ValueError`` for a ``data.*`` field the task does not use."""
@@ -160,6 +165,10 @@ class Classification(Objective[TaskData]):
         for key in ("block_size", "tokenizer"):
             if getattr(config.data, key) is not None:
                 raise ValueError(f"data.{key} is for task lm, not {config.data.task}")
+
+    @staticmethod
+    def has_embedded_data(task: str) -> bool:
+        return task == "listops"
 
     def __init__(self, config: RunConfig, data: TaskData) -> None:
         super().__init__(config, data)

@@ -47,8 +47,9 @@ def _start(options: TrainOptions) -> RunConfig:
             config.data.task = options.task
         return config
     task = options.task or "listops"
-    paper = objective_class(task).paper_preset
-    name = options.preset or (paper if options.data or task not in ("listops", "lm") else "small")
+    objective = objective_class(task)
+    embedded = objective.has_embedded_data(task) and not options.data
+    name = options.preset or ("small" if embedded else objective.paper_preset)
     return preset(name, task)
 
 
