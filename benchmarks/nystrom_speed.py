@@ -50,16 +50,14 @@ class Materialised(torch.nn.Module):
 
 
 def build(name: str, max_len: int) -> torch.nn.Module:
+    """Mechanism ``name`` with its registered size option (landmarks, projected rows,
+    features) at ``LANDMARKS``."""
     torch.manual_seed(0)
-    options = {
-        "skyformer": {"num_landmarks": LANDMARKS},
-        "nystromformer": {"num_landmarks": LANDMARKS},
-        "linformer": {"proj_dim": LANDMARKS},
-        "performer": {"num_features": LANDMARKS},
-    }
     if name == MATERIALISED:
         return Materialised()
-    return kattn.build(name, head_dim=D, num_heads=H, max_len=max_len, **options.get(name, {}))
+    size = kattn.spec(name).size_option
+    options = {size: LANDMARKS} if size else {}
+    return kattn.build(name, head_dim=D, num_heads=H, max_len=max_len, **options)
 
 
 def inputs(length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
