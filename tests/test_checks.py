@@ -49,7 +49,7 @@ def test_positive_float_refuses(bad):
 def test_boolean_takes_only_true_and_false():
     assert boolean("flag", True) is True and boolean("flag", False) is False
     for bad in (0, 1, "yes", None):
-        with pytest.raises(TypeError, match=r"^flag must be a bool"):
+        with pytest.raises(ValueError, match=rf"^flag must be a bool, got {type(bad).__name__}$"):
             boolean("flag", bad)
 
 

@@ -55,7 +55,9 @@ def positive_float_or_none(name: str, value: object) -> float | None:
 
 
 def boolean(name: str, value: object) -> bool:
-    """``value`` if it is True or False (not 0, 1 or a string), else ``TypeError``."""
+    """``value`` if it is True or False (not 0, 1 or a string), else ``ValueError`` naming the
+    type it got. (Options given to ``kattn.build`` are type-checked before this, with a
+    ``TypeError``, from the constructor's annotations.)"""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool (True or False), got {value!r}")
+        raise ValueError(f"{name} must be a bool, got {type(value).__name__}")
     return value

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from ..checks import positive_int, positive_int_or_none
+from ..checks import boolean, positive_int, positive_int_or_none
 from ..functional.numerics import autocast_off
 from ..registry import CAPABILITY_FLAGS, check_option_types, declared_types, keyword_parameters
 
@@ -258,8 +258,7 @@ class Attention(nn.Module):
             raise ValueError(
                 f"q/k head dim is {dq} but this module was built with head_dim={self.head_dim}"
             )
-        if not isinstance(causal, bool):
-            raise ValueError(f"causal must be a bool, got {type(causal).__name__}")
+        boolean("causal", causal)
         if causal:
             if not self.supports_causal:
                 raise NotImplementedError(

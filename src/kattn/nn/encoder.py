@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from .. import positional
 from ..attention.kernelized import rpe_option_names
+from ..checks import boolean
 from ..registry import spec
 from .multihead import MultiheadAttention
 
@@ -65,8 +66,7 @@ class EncoderLayer(nn.Module):
         **options: Any,
     ) -> None:
         super().__init__()
-        if not isinstance(block_skip, bool):
-            raise ValueError(f"block_skip must be a bool, got {type(block_skip).__name__}")
+        boolean("block_skip", block_skip)
         self.attn = MultiheadAttention(
             dim,
             num_heads,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..checks import positive_int_or_none
+from ..checks import int_at_least, positive_int_or_none
 from .encoder import check_token_ids
 
 if TYPE_CHECKING:
@@ -94,10 +94,7 @@ def generate(
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-        raise ValueError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    int_at_least("max_new_tokens", max_new_tokens, 0)
     check_sampling(temperature, top_k, top_p)
     single = prompt.dim() == 1
     tokens = prompt[None] if single else prompt

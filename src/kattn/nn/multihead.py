@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..checks import boolean
 from ..registry import MECHANISMS, build
 
 
@@ -68,8 +69,7 @@ class MultiheadAttention(nn.Module):
             )
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-        if not isinstance(out_proj, bool):
-            raise ValueError(f"out_proj must be a bool, got {type(out_proj).__name__}")
+        boolean("out_proj", out_proj)
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.embed_dim = embed_dim
         self.kdim = kdim if kdim is not None else embed_dim
