@@ -110,8 +110,6 @@ class Registry(Generic[T]):
         """Registered names, sorted."""
         return sorted(self._items)
 
-    names = available
-
     def registered_in(self, module: str) -> list[str]:
         """The names registered by module ``module``."""
         return [n for n, e in sorted(self._items.items()) if e.module == module]
@@ -278,7 +276,6 @@ FEATURE_MAPS: Registry[FeatureMap] = Registry("feature map", build_args=("head_d
 ENCODINGS: Registry[RelativePositionBias] = Registry(
     "relative positional encoding", build_args=("num_heads", "max_len")
 )
-
 
 
 def register_mechanism(

@@ -83,7 +83,7 @@ def load_text(
             not UTF-8; the message names the path.
         ValueError: ``max_len`` or ``valid`` is out of range.
     """
-    _check_max_len(max_len)
+    positive_int("max_len", max_len)
     fraction = _check_valid(valid)
     root = _find_imdb(Path(data_dir))
     ignored = 0
@@ -120,10 +120,6 @@ def load_text(
         max_len=max_len,
         info=info,
     )
-
-
-def _check_max_len(max_len: int) -> None:
-    positive_int("max_len", max_len)
 
 
 def _check_valid(valid: str | float) -> float | None:
