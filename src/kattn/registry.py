@@ -51,8 +51,8 @@ class Entry(Generic[T]):
 
 
 def caller_module(depth: int = 2) -> str:
-    """The ``__name__`` of the module ``depth`` frames up (1: the caller of this function's
-    caller), so that registrations know the module that made them."""
+    """The ``__name__`` of the module ``depth`` frames up (1: the function calling this one;
+    2, the default: that function's caller), so that registrations know their module."""
     return str(sys._getframe(depth).f_globals.get("__name__", "?"))
 
 
