@@ -72,6 +72,11 @@ from .softmax import (
     softmax_prefill,
     softmax_step,
 )
+from .sparse import (
+    block_pattern_to_dense,
+    block_sparse_attention,
+    sparse_attention_reference,
+)
 from .toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense, toeplitz_matmul
 from .toeplitz2d import rpe2d_linear_attention_fft, toeplitz2d_dense_log
 
@@ -89,6 +94,8 @@ __all__ = [
     "banded_linear_attention",
     "banded_log_coefficients",
     "banded_step",
+    "block_pattern_to_dense",
+    "block_sparse_attention",
     "blocked_is_cheaper",
     "decay_init_state",
     "decay_linear_attention",
@@ -139,6 +146,7 @@ __all__ = [
     "softmax_init_state",
     "softmax_prefill",
     "softmax_step",
+    "sparse_attention_reference",
     "toeplitz2d_dense_log",
     "toeplitz_dense",
     "toeplitz_matmul",

@@ -1,0 +1,345 @@
+"""Block-sparse softmax attention: the one core behind the structured-sparsity baselines.
+
+``out_i = Σ_{j ∈ S(i)} softmax_j(q_i·k_j · scale) v_j`` where ``S(i)`` is a fixed pattern of
+keys. Local/sliding windows, Longformer (Beltagy et al. 2020), BigBird (Zaheer et al. 2020)
+and the Sparse Transformer (Child et al. 2019) differ only in ``S``: each builds a table of
+key blocks per query block (plus a per-token mask inside them) and calls
+:func:`block_sparse_attention`, in O(L·K·block·D) time and O(L·K·block) memory.
+:func:`sparse_attention_reference` is the dense O(Lq·Lk) form of the same maths, and
+:func:`block_pattern_to_dense` expands a block table into the pattern it stands for, so both
+can be compared on one pattern.
+
+Shapes: B batch, H heads, Lq/Lk query/key lengths, D query/key dim, Dv value dim, ``block``
+the block size, nQ = ⌈Lq/block⌉ query blocks, nK = ⌈Lk/block⌉ key blocks, K key blocks read
+by each query block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..checks import positive_int
+from .numerics import accumulation_dtype, autocast_off
+
+__all__ = ["block_pattern_to_dense", "block_sparse_attention", "sparse_attention_reference"]
+
+#: ``token_mask(query_pos, key_pos) -> bool``: absolute positions, query_pos ``(nQ, block, 1)``
+#: and key_pos ``(B or 1, H or 1, nQ, 1, K·block)``; True = allowed.
+TokenMaskFn = Callable[[Tensor, Tensor], Tensor]
+
+#: score elements computed at once (the query blocks are processed in chunks of this size).
+_CHUNK_ELEMENTS = 1 << 24
+
+
+def sparse_attention_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    allowed: Tensor,
+    *,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Dense masked softmax attention ``softmax(q kᵀ · scale, masked to allowed) v``, in
+    O(Lq·Lk·(D + Dv)) time and O(Lq·Lk) memory: the slow, obviously correct form.
+
+    Args:
+        q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
+        allowed: bool, broadcastable to ``(B, H, Lq, Lk)``; True = query i may read key j.
+        key_padding_mask: ``(B, Lk)`` bool, True marks padding: those keys and values count
+            nowhere (they are zeroed first, so not even a NaN stored there gets through).
+        scale: logit scale, default ``1/√D``.
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of q (computed in fp32 for half inputs, fp64 for
+        fp64). A query that may read no key gets zeros, with finite gradients.
+    """
+    _check_qkv(q, k, v, key_padding_mask)
+    if allowed.dtype != torch.bool:
+        raise ValueError(f"allowed must be a bool tensor, got dtype {allowed.dtype}")
+    b, h, lq, _ = q.shape
+    lk = k.shape[2]
+    try:
+        allowed = allowed.expand(b, h, lq, lk)
+    except RuntimeError:
+        raise ValueError(
+            f"allowed must be broadcastable to (B, H, Lq, Lk) = {(b, h, lq, lk)}, "
+            f"got shape {tuple(allowed.shape)}"
+        ) from None
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    acc = accumulation_dtype(q.dtype)
+    with autocast_off(q):
+        q_, k_, v_ = q.to(acc), k.to(acc), v.to(acc)
+        if key_padding_mask is not None:
+            pad = key_padding_mask[:, None, :, None]
+            k_, v_ = k_.masked_fill(pad, 0.0), v_.masked_fill(pad, 0.0)
+            allowed = allowed & ~key_padding_mask[:, None, None, :]
+        logits = torch.einsum("bhid,bhjd->bhij", q_, k_) * scale
+        out = _masked_softmax(logits, allowed) @ v_
+    return out.to(q.dtype)
+
+
+def block_sparse_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    block_index: Tensor,
+    *,
+    block_size: int,
+    block_valid: Tensor | None = None,
+    token_mask: Tensor | TokenMaskFn | None = None,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+) -> Tensor:
+    """Softmax attention over K gathered key blocks per query block, ``out_i = Σ_{j ∈ S(i)}
+    softmax_j(q_i·k_j · scale) v_j``, in O(L·K·block·(D + Dv)) time and O(L·K·block) memory.
+
+    The queries are cut into blocks of ``block_size`` (Lq and Lk are padded internally to a
+    multiple; padded positions never count). Query block n reads the keys and values of the
+    key blocks ``block_index[..., n, :]``: they are gathered into ``(B, H, nQ, K·block, ·)``,
+    the scores ``(B, H, nQ, block, K·block)`` go through a masked, max-subtracted softmax (in
+    fp32 for half inputs), and no ``(Lq, Lk)`` tensor is ever formed (query blocks are
+    processed in chunks). Autograd goes through the gather. This serves local/sliding-window
+    attention, Longformer (Beltagy et al. 2020), BigBird (Zaheer et al. 2020) and the Sparse
+    Transformer (Child et al. 2019); :func:`block_pattern_to_dense` gives the dense pattern.
+
+    Args:
+        q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
+        block_index: integer tensor broadcastable to ``(B, H, nQ, K)`` (rank 2 to 4): the key
+            blocks, in ``[0, nK)``, that each query block reads. A block repeated in a row
+            counts once (later repeats are dropped), so tables may be padded with repeats.
+        block_size: tokens per block, at least 1.
+        block_valid: optional bool broadcastable to ``(B, H, nQ, K)``: False marks a slot
+            that is not real (its index is ignored and may be anything, e.g. -1), so patterns
+            with a varying number of blocks per query block can pad their table.
+        token_mask: the per-token mask inside the gathered blocks, True = allowed: a bool
+            tensor broadcastable to ``(B, H, nQ, block, K·block)``, or a callable
+            ``token_mask(query_pos, key_pos)`` of the absolute positions, query_pos
+            ``(nQ, block, 1)`` and key_pos ``(B or 1, H or 1, nQ, 1, K·block)`` (int64),
+            returning such a bool tensor; e.g. ``lambda i, j: j <= i`` for causal attention,
+            ``lambda i, j: (i - j).abs() <= w`` for a window not aligned with the blocks.
+            A callable may be called once per chunk of query blocks.
+        key_padding_mask: ``(B, Lk)`` bool, True marks padding (zeroed, counted nowhere).
+        scale: logit scale, default ``1/√D``.
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of q. A query that sees no key gets zeros, with
+        finite gradients.
+
+    Raises:
+        ValueError: for bad shapes or dtypes, a block_size below 1, or a (valid) block index
+            outside ``[0, nK)``.
+    """
+    _check_qkv(q, k, v, key_padding_mask)
+    bs = positive_int("block_size", block_size)
+    b, h, lq, d = q.shape
+    lk, dv = k.shape[2], v.shape[3]
+    n_q, n_k = -(-lq // bs), -(-lk // bs)
+    idx, valid = _block_table(block_index, block_valid, b, h, n_q, n_k)
+    mask_t = _token_mask_tensor(token_mask, b, h, n_q, bs, idx.shape[-1])
+    scale = d**-0.5 if scale is None else scale
+    acc = accumulation_dtype(q.dtype)
+    with autocast_off(q):
+        q_, k_, v_ = q.to(acc), k.to(acc), v.to(acc)
+        if key_padding_mask is not None:
+            pad = key_padding_mask[:, None, :, None]
+            k_, v_ = k_.masked_fill(pad, 0.0), v_.masked_fill(pad, 0.0)
+        qb = F.pad(q_, (0, 0, 0, n_q * bs - lq)).reshape(b, h, n_q, bs, d)
+        kb = F.pad(k_, (0, 0, 0, n_k * bs - lk)).reshape(b * h * n_k, bs, d)
+        vb = F.pad(v_, (0, 0, 0, n_k * bs - lk)).reshape(b * h * n_k, bs, dv)
+        key_ok = None
+        if key_padding_mask is not None:  # (B·nK, block): True where a key is real
+            key_ok = F.pad(~key_padding_mask, (0, n_k * bs - lk)).reshape(b * n_k, bs)
+        kmax = idx.shape[-1]
+        step = max(1, _CHUNK_ELEMENTS // (b * h * bs * kmax * bs))
+        outs = []
+        for c0 in range(0, n_q, step):
+            c1 = min(n_q, c0 + step)
+            ic = idx[:, :, c0:c1].expand(b, h, c1 - c0, kmax)
+            flat = (torch.arange(b * h, device=q.device).view(b, h, 1, 1) * n_k + ic).reshape(-1)
+            kg = kb.index_select(0, flat).view(b, h, c1 - c0, kmax * bs, d)
+            vg = vb.index_select(0, flat).view(b, h, c1 - c0, kmax * bs, dv)
+            allowed = _chunk_mask(idx, valid, token_mask, mask_t, c0, c1, bs, lk)
+            if key_ok is not None:
+                kflat = (torch.arange(b, device=q.device).view(b, 1, 1, 1) * n_k + ic).reshape(-1)
+                ok = key_ok.index_select(0, kflat).view(b, h, c1 - c0, 1, kmax * bs)
+                allowed = allowed & ok
+            logits = torch.einsum("bhnid,bhnjd->bhnij", qb[:, :, c0:c1], kg) * scale
+            outs.append(_masked_softmax(logits, allowed) @ vg)
+        out = torch.cat(outs, dim=2).view(b, h, n_q * bs, dv)[:, :, :lq]
+    return out.to(q.dtype)
+
+
+def block_pattern_to_dense(
+    block_index: Tensor,
+    block_valid: Tensor | None,
+    token_mask: Tensor | TokenMaskFn | None,
+    lq: int,
+    lk: int,
+    block_size: int,
+) -> Tensor:
+    """The dense pattern ``allowed (…, Lq, Lk)`` (bool) that :func:`block_sparse_attention`
+    computes for these arguments, in O(Lq·Lk) memory: for tests and pattern checks only.
+
+    Arguments as in :func:`block_sparse_attention` (key padding is not part of the pattern:
+    pass it to :func:`sparse_attention_reference` as ``key_padding_mask``). The leading dims
+    are those of the block table and masks, broadcast to rank 4 (1 where they do not vary).
+    """
+    bs = positive_int("block_size", block_size)
+    lq, lk = positive_int("lq", lq), positive_int("lk", lk)
+    n_q, n_k = -(-lq // bs), -(-lk // bs)
+    idx, valid = _block_table(block_index, block_valid, None, None, n_q, n_k)
+    mask_t = _token_mask_tensor(token_mask, None, None, n_q, bs, idx.shape[-1])
+    allowed = _chunk_mask(idx, valid, token_mask, mask_t, 0, n_q, bs, lk)
+    bi, hi, _, _, kb = allowed.shape
+    kmax = kb // bs
+    allowed = allowed.expand(bi, hi, n_q, bs, kb).reshape(bi, hi, n_q, bs, kmax, bs)
+    index = idx.expand(bi, hi, n_q, kmax)[:, :, :, None, :, None].expand_as(allowed)
+    dense = torch.zeros(bi, hi, n_q, bs, n_k, bs, dtype=torch.int32, device=idx.device)
+    dense.scatter_add_(4, index, allowed.to(torch.int32))
+    return (dense > 0).view(bi, hi, n_q * bs, n_k * bs)[:, :, :lq, :lk]
+
+
+def _masked_softmax(logits: Tensor, allowed: Tensor) -> Tensor:
+    """Softmax over the last dim of the allowed entries, max-subtracted; rows with nothing
+    allowed give zero weights (and zero, finite gradients)."""
+    logits = logits.masked_fill(~allowed, float("-inf"))
+    top = logits.detach().amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    weights = torch.exp(logits - top)  # exp(−∞) = 0 on disallowed entries
+    den = weights.sum(dim=-1, keepdim=True)
+    return weights / torch.where(den > 0, den, 1.0)
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:
+    """ValueError unless q, k, v are ``(B, H, L, ·)`` with matching dims and the padding mask
+    is a ``(B, Lk)`` bool tensor."""
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            "q, k and v must be (B, H, L, D) tensors, got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    if k.shape[:2] != q.shape[:2] or v.shape[:3] != k.shape[:3] or k.shape[3] != q.shape[3]:
+        raise ValueError(
+            "k must be (B, H, Lk, D) and v (B, H, Lk, Dv) for q (B, H, Lq, D), got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    if key_padding_mask is not None and (
+        key_padding_mask.dtype != torch.bool
+        or tuple(key_padding_mask.shape) != (q.shape[0], k.shape[2])
+    ):
+        raise ValueError(
+            f"key_padding_mask must be a (B, Lk) = {(q.shape[0], k.shape[2])} bool tensor, "
+            f"got shape {tuple(key_padding_mask.shape)} and dtype {key_padding_mask.dtype}"
+        )
+
+
+def _block_table(
+    block_index: Tensor,
+    block_valid: Tensor | None,
+    b: int | None,
+    h: int | None,
+    n_q: int,
+    n_k: int,
+) -> tuple[Tensor, Tensor]:
+    """The block table as rank-4 int64 indices (ignored slots set to 0) and the bool mask of
+    the slots that count (valid and not a repeat of an earlier valid slot of the row)."""
+    if block_index.dtype in (torch.bool,) or block_index.is_floating_point():
+        raise ValueError(f"block_index must be an integer tensor, got dtype {block_index.dtype}")
+    if not 2 <= block_index.ndim <= 4:
+        raise ValueError(
+            "block_index must have rank 2 to 4, broadcastable to (B, H, nQ, K), got shape "
+            f"{tuple(block_index.shape)}"
+        )
+    idx = block_index.long().view((1,) * (4 - block_index.ndim) + tuple(block_index.shape))
+    target = (b or idx.shape[0], h or idx.shape[1], n_q, idx.shape[3])
+    valid = torch.ones((), dtype=torch.bool, device=idx.device)
+    if block_valid is not None:
+        if block_valid.dtype != torch.bool:
+            raise ValueError(f"block_valid must be a bool tensor, got dtype {block_valid.dtype}")
+        valid = block_valid
+    try:
+        shape = torch.broadcast_shapes(idx.shape, valid.shape, target)
+    except RuntimeError:
+        shape = None
+    if shape is None or shape[2] != n_q or shape[3] != idx.shape[3] or len(shape) != 4:
+        raise ValueError(
+            f"block_index (shape {tuple(block_index.shape)}) and block_valid must be "
+            f"broadcastable to (B, H, nQ, K) = {target}"
+        )
+    idx, valid = idx.expand(shape), valid.expand(shape)
+    bad = valid & ((idx < 0) | (idx >= n_k))
+    if bool(bad.any()):
+        raise ValueError(
+            f"block_index must lie in [0, nK) = [0, {n_k}) on valid slots, got values from "
+            f"{int(idx[bad].min())} to {int(idx[bad].max())}"
+        )
+    idx = torch.where(valid, idx, 0)
+    kmax = idx.shape[3]
+    earlier = torch.ones(kmax, kmax, dtype=torch.bool, device=idx.device).tril(-1)
+    repeat = ((idx[..., :, None] == idx[..., None, :]) & earlier & valid[..., None, :]).any(-1)
+    return idx, valid & ~repeat
+
+
+def _token_mask_tensor(
+    token_mask: Tensor | TokenMaskFn | None,
+    b: int | None,
+    h: int | None,
+    n_q: int,
+    bs: int,
+    kmax: int,
+) -> Tensor | None:
+    """A token mask given as a tensor, checked and made rank 5; None for a callable or None."""
+    if not isinstance(token_mask, Tensor):
+        return None
+    target = (b or 1, h or 1, n_q, bs, kmax * bs)
+    if token_mask.dtype != torch.bool or token_mask.ndim > 5:
+        raise ValueError(
+            f"token_mask must be a callable or a bool tensor broadcastable to "
+            f"(B, H, nQ, block, K·block) = {target}, got dtype {token_mask.dtype} and shape "
+            f"{tuple(token_mask.shape)}"
+        )
+    mask = token_mask.view((1,) * (5 - token_mask.ndim) + tuple(token_mask.shape))
+    try:
+        ok = torch.broadcast_shapes(mask.shape, target)[2:] == target[2:]
+        ok = (
+            ok and (b is None or mask.shape[0] in (1, b)) and (h is None or mask.shape[1] in (1, h))
+        )
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"token_mask must be broadcastable to (B, H, nQ, block, K·block) = {target}, "
+            f"got shape {tuple(token_mask.shape)}"
+        )
+    return mask
+
+
+def _chunk_mask(
+    idx: Tensor,
+    valid: Tensor,
+    token_mask: Tensor | TokenMaskFn | None,
+    mask_t: Tensor | None,
+    c0: int,
+    c1: int,
+    bs: int,
+    lk: int,
+) -> Tensor:
+    """Bool ``(B or 1, H or 1, c1 − c0, block or 1, K·block)``: which gathered keys the query
+    blocks c0..c1 may read (valid, non-repeated slot; a real key position; the token mask)."""
+    ic = idx[:, :, c0:c1]
+    vc = valid[:, :, c0:c1]
+    offsets = torch.arange(bs, device=idx.device)
+    key_pos = (ic[..., None] * bs + offsets).flatten(-2)[:, :, :, None, :]
+    allowed = (vc[..., None].expand(*vc.shape, bs).flatten(-2)[:, :, :, None, :]) & (key_pos < lk)
+    if mask_t is not None:
+        allowed = allowed & (mask_t[:, :, c0:c1] if mask_t.shape[2] > 1 else mask_t)
+    elif token_mask is not None:
+        query_pos = (torch.arange(c0, c1, device=idx.device)[:, None] * bs + offsets)[..., None]
+        fn_mask = token_mask(query_pos, key_pos)  # type: ignore[operator]
+        allowed = allowed & fn_mask
+    return allowed
