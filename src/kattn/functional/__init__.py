@@ -35,6 +35,14 @@ from .linear_causal import (
 )
 from .linear_step import linear_attention_step
 from .linformer import linformer_attention, linformer_attention_reference
+from .local import (
+    LocalState,
+    local_attention,
+    local_init_state,
+    local_pattern,
+    local_prefill,
+    local_step,
+)
 from .masks import allowed_keys
 from .numerics import accumulation_dtype, exp_nonpositive, guard_normaliser
 from .nystrom import (
@@ -85,6 +93,7 @@ __all__ = [
     "DenseRows",
     "KVCache",
     "LinearState",
+    "LocalState",
     "RowLogCoefficients",
     "SimpletronState",
     "ToeplitzRows",
@@ -124,6 +133,11 @@ __all__ = [
     "linear_attention_step",
     "linformer_attention",
     "linformer_attention_reference",
+    "local_attention",
+    "local_init_state",
+    "local_pattern",
+    "local_prefill",
+    "local_step",
     "next_power_of_two",
     "nystromformer_attention",
     "nystromformer_attention_reference",
