@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -101,24 +102,25 @@ class SkyformerAttention(Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        index, ok = self.landmarks(q.shape[0], q.shape[2], k.shape[2], key_padding_mask, q.device)
-        return skyformer_attention(
-            q,
-            k,
-            v,
-            index,
-            landmark_mask=None if key_padding_mask is None else ok,
-            key_padding_mask=key_padding_mask,
-            gamma=self.gamma,
-            iterations=self.pinv_iterations,
-            init=self.pinv_init,
-        )
+        return self._with_landmarks(skyformer_attention, q, k, v, key_padding_mask)
 
     def _reference(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
+        return self._with_landmarks(skyformer_attention_reference, q, k, v, key_padding_mask)
+
+    def _with_landmarks(
+        self,
+        attention: Callable[..., Tensor],
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Tensor | None,
+    ) -> Tensor:
+        """``attention`` (the fast path or its reference) with this module's landmarks and
+        options."""
         index, ok = self.landmarks(q.shape[0], q.shape[2], k.shape[2], key_padding_mask, q.device)
-        return skyformer_attention_reference(
+        return attention(
             q,
             k,
             v,
