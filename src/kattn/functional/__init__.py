@@ -85,6 +85,11 @@ from .sparse import (
     block_sparse_attention,
     sparse_attention_reference,
 )
+from .sparse_global import (
+    add_global_tokens,
+    block_sparse_attention_with_globals,
+    global_positions,
+)
 from .toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense, toeplitz_matmul
 from .toeplitz2d import rpe2d_linear_attention_fft, toeplitz2d_dense_log
 
@@ -98,6 +103,7 @@ __all__ = [
     "SimpletronState",
     "ToeplitzRows",
     "accumulation_dtype",
+    "add_global_tokens",
     "allowed_keys",
     "banded_init_state",
     "banded_linear_attention",
@@ -105,6 +111,7 @@ __all__ = [
     "banded_step",
     "block_pattern_to_dense",
     "block_sparse_attention",
+    "block_sparse_attention_with_globals",
     "blocked_is_cheaper",
     "decay_init_state",
     "decay_linear_attention",
@@ -117,6 +124,7 @@ __all__ = [
     "gaussian_attention_reference",
     "gaussian_kernel",
     "gaussian_product",
+    "global_positions",
     "guard_normaliser",
     "hadamard_matrix",
     "hadamard_transform",
