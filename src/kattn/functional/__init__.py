@@ -85,10 +85,11 @@ from .sparse import (
     block_sparse_attention,
     sparse_attention_reference,
 )
-from .sparse_global import (
+from .sparse_combine import (
     add_global_tokens,
     block_sparse_attention_with_globals,
     global_positions,
+    merge_partial_attention,
 )
 from .toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense, toeplitz_matmul
 from .toeplitz2d import rpe2d_linear_attention_fft, toeplitz2d_dense_log
@@ -146,6 +147,7 @@ __all__ = [
     "local_pattern",
     "local_prefill",
     "local_step",
+    "merge_partial_attention",
     "next_power_of_two",
     "nystromformer_attention",
     "nystromformer_attention_reference",

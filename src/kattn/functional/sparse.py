@@ -17,6 +17,7 @@ by each query block.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +26,11 @@ from torch import Tensor
 from ..checks import positive_int
 from .numerics import accumulation_dtype, autocast_off
 
-__all__ = ["block_pattern_to_dense", "block_sparse_attention", "sparse_attention_reference"]
+__all__ = [
+    "block_pattern_to_dense",
+    "block_sparse_attention",
+    "sparse_attention_reference",
+]
 
 #: ``token_mask(query_pos, key_pos) -> bool``: absolute positions, query_pos ``(nQ, block, 1)``
 #: and key_pos ``(B or 1, H or 1, nQ, 1, K·block)``; True = allowed.
@@ -83,6 +88,38 @@ def sparse_attention_reference(
     return out.to(q.dtype)
 
 
+@overload
+def block_sparse_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    block_index: Tensor,
+    *,
+    block_size: int,
+    block_valid: Tensor | None = ...,
+    token_mask: Tensor | TokenMaskFn | None = ...,
+    key_padding_mask: Tensor | None = ...,
+    scale: float | None = ...,
+    return_lse: Literal[False] = ...,
+) -> Tensor: ...
+
+
+@overload
+def block_sparse_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    block_index: Tensor,
+    *,
+    block_size: int,
+    block_valid: Tensor | None = ...,
+    token_mask: Tensor | TokenMaskFn | None = ...,
+    key_padding_mask: Tensor | None = ...,
+    scale: float | None = ...,
+    return_lse: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+
+
 def block_sparse_attention(
     q: Tensor,
     k: Tensor,
@@ -94,7 +131,8 @@ def block_sparse_attention(
     token_mask: Tensor | TokenMaskFn | None = None,
     key_padding_mask: Tensor | None = None,
     scale: float | None = None,
-) -> Tensor:
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     """Softmax attention over K gathered key blocks per query block, ``out_i = Σ_{j ∈ S(i)}
     softmax_j(q_i·k_j · scale) v_j``, in O(L·K·block·(D + Dv)) time and O(L·K·block) memory.
 
@@ -125,9 +163,14 @@ def block_sparse_attention(
             A callable may be called once per chunk of query blocks.
         key_padding_mask: ``(B, Lk)`` bool, True marks padding (zeroed, counted nowhere).
         scale: logit scale, default ``1/√D``.
+        return_lse: also return ``lse_i = log Σ_{j ∈ S(i)} exp(q_i·k_j · scale)`` (−∞ for a
+            query that sees no key), so that attention over disjoint patterns can be
+            combined into one softmax by
+            :func:`~kattn.functional.sparse_combine.merge_partial_attention`.
 
     Returns:
-        ``(B, H, Lq, Dv)`` in the dtype of q. A query that sees no key gets zeros, with
+        ``(B, H, Lq, Dv)`` in the dtype of q (and with return_lse, the ``(B, H, Lq)`` lse in
+        the accumulation dtype, fp32 or fp64). A query that sees no key gets zeros, with
         finite gradients.
 
     Raises:
@@ -156,7 +199,7 @@ def block_sparse_attention(
             key_ok = F.pad(~key_padding_mask, (0, n_k * bs - lk)).reshape(b * n_k, bs)
         kmax = idx.shape[-1]
         step = max(1, _CHUNK_ELEMENTS // (b * h * bs * kmax * bs))
-        outs = []
+        outs, lses = [], []
         for c0 in range(0, n_q, step):
             c1 = min(n_q, c0 + step)
             ic = idx[:, :, c0:c1].expand(b, h, c1 - c0, kmax)
@@ -169,8 +212,12 @@ def block_sparse_attention(
                 ok = key_ok.index_select(0, kflat).view(b, h, c1 - c0, 1, kmax * bs)
                 allowed = allowed & ok
             logits = torch.einsum("bhnid,bhnjd->bhnij", qb[:, :, c0:c1], kg) * scale
-            outs.append(_masked_softmax(logits, allowed) @ vg)
+            weights, lse = _masked_softmax(logits, allowed, with_lse=True)
+            outs.append(weights @ vg)
+            lses.append(lse)
         out = torch.cat(outs, dim=2).view(b, h, n_q * bs, dv)[:, :, :lq]
+    if return_lse:
+        return out.to(q.dtype), torch.cat(lses, dim=2).reshape(b, h, n_q * bs)[:, :, :lq]
     return out.to(q.dtype)
 
 
@@ -204,15 +251,20 @@ def block_pattern_to_dense(
     return (dense > 0).view(bi, hi, n_q * bs, n_k * bs)[:, :, :lq, :lk]
 
 
-def _masked_softmax(logits: Tensor, allowed: Tensor) -> Tensor:
+def _masked_softmax(logits: Tensor, allowed: Tensor, *, with_lse: bool = False) -> Any:
     """Softmax over the last dim of the allowed entries, max-subtracted; rows with nothing
-    allowed give zero weights (and zero, finite gradients)."""
+    allowed give zero weights (and zero, finite gradients). With ``with_lse`` also the
+    log-sum-exp of the allowed logits over the last dim (−∞ on empty rows)."""
     logits = logits.masked_fill(~allowed, float("-inf"))
     top = logits.detach().amax(dim=-1, keepdim=True)
     top = torch.where(torch.isfinite(top), top, 0.0)
     weights = torch.exp(logits - top)  # exp(−∞) = 0 on disallowed entries
     den = weights.sum(dim=-1, keepdim=True)
-    return weights / torch.where(den > 0, den, 1.0)
+    probs = weights / torch.where(den > 0, den, 1.0)
+    if not with_lse:
+        return probs
+    lse = top + torch.log(torch.where(den > 0, den, 1.0))  # no 1/0 in the backward
+    return probs, torch.where(den > 0, lse, float("-inf")).squeeze(-1)
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:

@@ -1,4 +1,4 @@
-"""Global tokens on the block-sparse core: keys every query reads, queries that read every key.
+"""Combining patterns on the block-sparse core: global tokens, and unions of disjoint patterns.
 
 Longformer (Beltagy et al. 2020, §3.1) adds global attention to its sliding window: a few
 chosen tokens attend to the whole sequence and the whole sequence attends to them. BigBird
@@ -16,6 +16,11 @@ reads (a global key inside a query's own pattern is counted once), and the few g
 rows are computed densely over all keys, in O(G·L·D). :func:`add_global_tokens` writes the same
 rule into a dense pattern for :func:`~kattn.functional.sparse.sparse_attention_reference`.
 
+A pattern that is the union of parts with different layouts (the strided pattern of Child et
+al. 2019, §4.2: a local band plus every ``stride``-th key) is computed part by part, each with
+its log-sum-exp (``return_lse=True``), and :func:`merge_partial_attention` makes the parts one
+softmax over the union, exactly, as long as no (query, key) pair is in two parts.
+
 Shapes: B batch, H heads, Lq/Lk query/key lengths, D query/key dim, Dv value dim, G the number
 of global keys, G' of global queries.
 """
@@ -29,7 +34,12 @@ from torch import Tensor
 from ..checks import positive_int
 from .sparse import TokenMaskFn, block_sparse_attention, sparse_attention_reference
 
-__all__ = ["add_global_tokens", "block_sparse_attention_with_globals", "global_positions"]
+__all__ = [
+    "add_global_tokens",
+    "block_sparse_attention_with_globals",
+    "global_positions",
+    "merge_partial_attention",
+]
 
 
 def global_positions(name: str, positions: Tensor | None, length: int) -> Tensor | None:
@@ -234,3 +244,27 @@ def _with_global_keys(
         key_padding_mask=pad_ext,
         scale=scale,
     )
+
+
+def merge_partial_attention(parts: list[tuple[Tensor, Tensor]]) -> Tensor:
+    """One softmax over the union of disjoint patterns from the attention over each:
+    ``out = Σ_p exp(lse_p − lse) out_p`` with ``lse = log Σ_p exp(lse_p)``.
+
+    Args:
+        parts: ``(out_p, lse_p)`` pairs, out ``(B, H, Lq, Dv)`` and lse ``(B, H, Lq)``, from
+            :func:`~kattn.functional.sparse.block_sparse_attention` with ``return_lse=True`` on
+            patterns that share no (query, key) pair (a pair in two would count twice).
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of the first out; zeros where no part sees a key.
+    """
+    if not parts:
+        raise ValueError("merge_partial_attention needs at least one (out, lse) pair, got none")
+    lse = torch.stack([p[1] for p in parts])  # (P, B, H, Lq)
+    top = lse.detach().amax(dim=0)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    weights = torch.exp(lse - top)  # exp(−∞) = 0 for an empty part
+    total = weights.sum(dim=0)
+    weights = weights / torch.where(total > 0, total, 1.0)
+    out = sum(w[..., None] * p[0].to(w.dtype) for w, p in zip(weights, parts, strict=True))
+    return out.to(parts[0][0].dtype)

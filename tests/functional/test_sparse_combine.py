@@ -10,7 +10,9 @@ import torch
 from kattn.functional import (
     add_global_tokens,
     block_pattern_to_dense,
+    block_sparse_attention,
     block_sparse_attention_with_globals,
+    merge_partial_attention,
     sparse_attention_reference,
 )
 from tests.helpers import assert_close, grads, padding_mask, qkv
@@ -162,3 +164,52 @@ def test_bad_arguments_are_named(kwargs, message):
         block_sparse_attention_with_globals(
             q, k, v, torch.arange(4)[:, None], block_size=4, **kwargs
         )
+
+
+def test_lse_is_the_log_sum_exp_of_the_allowed_logits():
+    length, bs = 21, 4
+    n = -(-length // bs)
+    idx, valid = random_table(1, 2, n, n, 2, seed=9, with_valid=True)
+    q, k, v = qkv(1, 2, length)
+    _, lse = block_sparse_attention(q, k, v, idx, block_size=bs, block_valid=valid, return_lse=True)
+    allowed = block_pattern_to_dense(idx, valid, None, length, length, bs)
+    logits = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    expected = torch.logsumexp(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+    assert torch.equal(torch.isinf(lse), torch.isinf(expected))  # empty rows: −∞
+    finite = torch.isfinite(expected)
+    assert_close(lse[finite], expected[finite])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_merging_disjoint_parts_is_one_softmax_over_their_union(seed):
+    """Split a pattern at random into two disjoint parts (a token mask and its complement on
+    the same blocks): the merged result is attention over the union, forward and gradients;
+    rows empty in one part or in both are handled."""
+    length, bs = 30, 4
+    n = -(-length // bs)
+    idx, valid = random_table(2, 2, n, n, 3, seed=seed, with_valid=True)
+    g = torch.Generator().manual_seed(seed)
+    split = torch.rand(length, length, generator=g) < 0.5
+
+    def part(inside):
+        return lambda i, j: split[i.clamp(max=length - 1), j.clamp(max=length - 1)] == inside
+
+    q, k, v = qkv(2, 2, length, requires_grad=True)
+    parts = [
+        block_sparse_attention(
+            q, k, v, idx, block_size=bs, block_valid=valid, token_mask=part(side), return_lse=True
+        )
+        for side in (True, False)
+    ]
+    out = merge_partial_attention(parts)
+    allowed = block_pattern_to_dense(idx, valid, None, length, length, bs)
+    ref = sparse_attention_reference(q, k, v, allowed)
+    assert_close(out, ref)
+    for g_out, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert torch.isfinite(g_out).all()
+        assert_close(g_out, g_ref)
+
+
+def test_merging_nothing_is_an_error():
+    with pytest.raises(ValueError, match="at least one"):
+        merge_partial_attention([])
