@@ -1,9 +1,12 @@
 """The benchmark scripts run end to end (``--quick``) and write their tables."""
 
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,3 +91,71 @@ def test_before_after_quick_run_compares_two_versions(tmp_path):
     for row in report["paths"].values():
         assert len(row["round_ratios"]) == 2 and row["ratio"] > 0
     assert len(report["round_seconds"]["before"]) == len(report["round_seconds"]["after"]) == 2
+
+
+def _sparse_speed_report():
+    """``benchmarks/sparse_speed_report.py``, imported as its script imports it."""
+    benchmarks = str(ROOT / "benchmarks")
+    sys.path.insert(0, benchmarks)
+    try:
+        return importlib.import_module("sparse_speed_report")
+    finally:
+        sys.path.remove(benchmarks)
+
+
+@pytest.mark.parametrize("length", [1, 5, 17, 64])
+@pytest.mark.parametrize(("back", "fwd"), [(0, 0), (3, 2), (8, 0), (100, 100)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sparse_band_keys_count_the_band_entry_by_entry(length, back, fwd, causal):
+    report = _sparse_speed_report()
+    expected = sum(
+        1
+        for i in range(length)
+        for j in range(length)
+        if i - back <= j <= i + fwd and (j <= i or not causal)
+    )
+    assert report.band_keys(length, back, fwd, causal) == expected
+
+
+def test_sparse_flop_bound_and_dense_memory_cap():
+    report = _sparse_speed_report()
+    # window 256 away from the edges: 256 keys per query, D = Dv = 64, B = 1, H = 4
+    assert report.band_flops(16384 * 256, 1, 4, 64, 64) == 2 * 4 * 16384 * 256 * 128
+    assert report.score_bytes(16384, 1, 4) == 4 * 2**30
+    assert report.dense_fits(16384, 1, 4, 4 * 2**30)
+    assert not report.dense_fits(65536, 1, 4, 4 * 2**30)
+
+
+def test_sparse_targets_read_speedups_bound_and_decoding():
+    report = _sparse_speed_report()
+    run = {
+        "forward_seconds": {"16384": {"sdpa": 3.0, "local": 0.15, "bigbird": 1.0}},
+        "local_bound": {"16384": {"ratio": 2.5}},
+        "decode": [
+            {"mechanism": "local", "context": 32768, "step_seconds": 1.5e-4},
+            {"mechanism": "local", "context": 512, "step_seconds": 1e-4},
+        ],
+    }
+    got = {t["name"].split(" at ")[0]: (t["value"], t["met"]) for t in report.targets(run)}
+    assert got["local forward speed-up over SDPA"] == (pytest.approx(20.0), True)
+    assert got["bigbird forward speed-up over SDPA"] == (pytest.approx(3.0), False)
+    assert got["longformer forward speed-up over SDPA"] == (None, None)
+    assert got["local forward time / FLOP bound"] == (2.5, True)
+    decoding = got["local decoding: time per token, longest / shortest context"]
+    assert decoding == (pytest.approx(1.5), False)
+
+
+def test_sparse_speed_quick_run_writes_results(tmp_path):
+    run_quick("sparse_speed.py", tmp_path)
+    (md,) = tmp_path.glob("sparse-*-quick.md")
+    (js,) = tmp_path.glob("sparse-*-quick.json")
+    report = json.loads(js.read_text())
+    assert set(report["forward_seconds"]) == set(report["train_seconds"]) == {"256", "512"}
+    assert {"sdpa", "local"} <= set(report["forward_seconds"]["512"])
+    assert max(report["correctness"].values()) < 1e-4
+    assert set(report["local_bound"]) == {"256", "512"}
+    assert {(r["mechanism"], r["context"]) for r in report["decode"]} == {
+        (m, c) for m in ("local", "softmax") for c in (64, 256)
+    }
+    text = md.read_text()
+    assert "## `local` against its FLOP lower bound" in text and "## Targets" in text
