@@ -90,6 +90,11 @@ def test_forward_and_gradients_equal_the_reference(back, fwd, causal, length, bs
         ({"window": 8, "look_forward": 1, "block_size": 8}, False),
         ({"window": 256}, False),
         ({"look_backward": 10, "look_forward": 3, "block_size": 16}, True),
+        ({"window": 5, "variant": "blocked"}, False),
+        ({"window": 6, "variant": "blocked"}, True),
+        ({"window": 4, "look_backward": 2, "look_forward": 0, "variant": "blocked"}, False),
+        ({"window": 7, "look_backward": 0, "block_size": 3, "variant": "blocked"}, True),
+        ({"window": 64, "variant": "blocked"}, False),
     ],
 )
 def test_module_forward_equals_reference(options, causal):
@@ -111,6 +116,27 @@ def test_default_window_reads_window_keys():
     assert attn.band(False) == (128, 127)
     assert attn.band(True) == (255, 0)
     assert _build(window=8, look_backward=2).band(True) == (2, 0)
+    blocked = _build(window=8, variant="blocked")  # in blocks, as lucidrains' local-attention
+    assert (blocked.band(False), blocked.band(True)) == ((1, 1), (1, 0))
+    assert blocked.block_size == 8 and _build(window=8).block_size == 64
+
+
+@pytest.mark.parametrize("variant", ["exact", "blocked"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("length", [1, 6, 23])
+def test_pattern_is_the_variants_dense_mask(variant, causal, length):
+    attn = _build(window=6, look_backward=2, look_forward=1, variant=variant)
+    pattern = attn.pattern(length, causal=causal)
+    assert pattern.shape == (1, length, length) and pattern.dtype == torch.bool
+    i, j = torch.arange(length)[:, None], torch.arange(length)[None, :]
+    if variant == "exact":
+        expected = _expected_band(length, 2, 1, causal)
+    else:  # written from block numbers: two blocks of 6 back, one forward
+        gap = j // 6 - i // 6
+        expected = (gap >= -2) & ((j <= i) if causal else (gap <= 1))
+    assert torch.equal(pattern[0], expected)
+    with pytest.raises(ValueError, match="causal"):
+        attn.pattern(length, causal=1)  # type: ignore[arg-type]
 
 
 def test_block_size_does_not_change_the_result():
@@ -150,9 +176,12 @@ def test_padding_invariance():
     assert_close(out[1:, :, :23], trimmed)
 
 
-@pytest.mark.parametrize("window", [1, 4, 9])
-def test_steps_equal_the_causal_forward_with_constant_memory(window):
-    attn = _build(window=window, block_size=4)
+@pytest.mark.parametrize(
+    ("window", "variant", "slots"),
+    [(1, "exact", 1), (4, "exact", 4), (9, "exact", 9), (1, "blocked", 2), (4, "blocked", 8)],
+)
+def test_steps_equal_the_causal_forward_with_constant_memory(window, variant, slots):
+    attn = _build(window=window, block_size=4, variant=variant)
     length = 3 * window + 5
     q, k, v = qkv(2, 3, length)
     expected = attn(q, k, v, causal=True)
@@ -164,17 +193,18 @@ def test_steps_equal_the_causal_forward_with_constant_memory(window):
         outs.append(out)
         assert isinstance(state, LocalState)
         assert (state.keys.shape, state.values.shape[:-1]) == shapes  # never grows
-    assert state.keys.shape[2] == window and state.length == length
+    assert state.keys.shape[2] == slots and state.length == length
     assert_close(torch.cat(outs, dim=2), expected)
 
 
-def test_prefill_equals_the_causal_forward():
-    attn = _build(window=6, block_size=4)
+@pytest.mark.parametrize(("variant", "slots"), [("exact", 6), ("blocked", 12)])
+def test_prefill_equals_the_causal_forward(variant, slots):
+    attn = _build(window=6, block_size=4, variant=variant)
     q, k, v = qkv(2, 3, 27)
     expected = attn(q, k, v, causal=True)
     out, state = attn.prefill(q, k, v)
     assert_close(out, expected)
-    assert state.keys.shape[2] == 6 and state.length == 27
+    assert state.keys.shape[2] == slots and state.length == 27
     first, state = attn.prefill(q[:, :, :11], k[:, :, :11], v[:, :, :11])
     second, _ = attn.prefill(q[:, :, 11:], k[:, :, 11:], v[:, :, 11:], state)
     assert_close(torch.cat([first, second], dim=2), expected)
@@ -233,6 +263,8 @@ def test_cross_attention_is_refused_with_a_reason():
         ({"look_forward": -2}, "look_forward"),
         ({"block_size": 0}, "block_size"),
         ({"scale": -1.0}, "scale"),
+        ({"variant": "lra"}, "variant"),
+        ({"variant": "blocked", "window": 0}, "window"),
     ],
 )
 def test_bad_options_raise_naming_the_option(options, name):

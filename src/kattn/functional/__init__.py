@@ -38,6 +38,8 @@ from .linformer import linformer_attention, linformer_attention_reference
 from .local import (
     LocalState,
     local_attention,
+    local_blocked_attention,
+    local_blocked_pattern,
     local_init_state,
     local_pattern,
     local_prefill,
@@ -143,6 +145,8 @@ __all__ = [
     "linformer_attention",
     "linformer_attention_reference",
     "local_attention",
+    "local_blocked_attention",
+    "local_blocked_pattern",
     "local_init_state",
     "local_pattern",
     "local_prefill",
