@@ -39,7 +39,8 @@ class LocalAttention(Attention):
     causal, ``look_backward = window − 1``. A given look_backward is used in both forms, a
     given look_forward only in the bidirectional one. This equals lucidrains'
     ``local-attention`` with ``exact_windowsize=True`` when look_backward and look_forward
-    here are its ``window_size·look_backward`` and ``window_size·look_forward``.
+    here are its ``window_size·look_backward`` and ``window_size·look_forward`` (padding as
+    in the blocked case below).
 
     ``variant="blocked"``: the sequence is cut into blocks of ``window`` tokens (the last one
     partial when window does not divide L); a query in block n reads every key of the blocks
@@ -53,16 +54,16 @@ class LocalAttention(Attention):
       with zeros to a whole block: the causal outputs are unchanged, but without a ``mask``
       the zero keys count (logit 0) in the non-causal last blocks; here the missing positions
       of the partial block count nowhere, as in lucidrains given an all-True ``mask``. It also
-      fills masked logits with the most negative float, so a query whose keys are all padding
-      averages them where this gives zeros.
+      fills masked logits with the most negative float, so a query whose blocks hold only
+      padding gets a uniform average over them where this gives zeros.
     * The LRA code (``lra_benchmarks/models/local``, ``block_size`` tokens per block) lets each
       block read only itself: ``look_backward = look_forward = 0``, ``window = block_size``.
       It appends ``block_size − L mod block_size`` zero tokens (a whole block when the length
       is a multiple) that its padded mask marks as tokens, so they count in the last block's
       softmax; and its reshape of the length axis to ``(block_size, num_blocks)`` groups the
       positions equal modulo num_blocks rather than contiguous runs. Here blocks are
-      contiguous and nothing beyond L counts; its causal mask is untested there (LRA's tasks
-      are bidirectional).
+      contiguous and nothing beyond L counts. (Its causal mask is marked untested there; the
+      LRA tasks use the bidirectional encoder.)
 
     Decoding (always causal) keeps a ring buffer of the last ``(look_backward + 1)·window``
     keys and values (window 1 for the band; :class:`~kattn.functional.local.LocalState`):
