@@ -45,6 +45,7 @@ from .local import (
     local_prefill,
     local_step,
 )
+from .longformer import longformer_attention, longformer_pattern
 from .masks import allowed_keys
 from .numerics import accumulation_dtype, exp_nonpositive, guard_normaliser
 from .nystrom import (
@@ -151,6 +152,8 @@ __all__ = [
     "local_pattern",
     "local_prefill",
     "local_step",
+    "longformer_attention",
+    "longformer_pattern",
     "merge_partial_attention",
     "next_power_of_two",
     "nystromformer_attention",
