@@ -94,6 +94,11 @@ from .sparse_combine import (
     global_positions,
     merge_partial_attention,
 )
+from .sparse_transformer import (
+    sparse_transformer_attention,
+    sparse_transformer_attention_reference,
+    sparse_transformer_pattern,
+)
 from .toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense, toeplitz_matmul
 from .toeplitz2d import rpe2d_linear_attention_fft, toeplitz2d_dense_log
 
@@ -178,6 +183,9 @@ __all__ = [
     "softmax_prefill",
     "softmax_step",
     "sparse_attention_reference",
+    "sparse_transformer_attention",
+    "sparse_transformer_attention_reference",
+    "sparse_transformer_pattern",
     "toeplitz2d_dense_log",
     "toeplitz_dense",
     "toeplitz_matmul",
