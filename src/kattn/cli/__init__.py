@@ -1,4 +1,5 @@
-"""The ``kattn`` command: list, demo, bench, report, train, eval, generate, data generate."""
+"""The ``kattn`` command: list, demo, bench, report, train, eval, generate, data generate,
+pattern."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .data import add_data_parser
 from .demo import add_demo_parser
 from .generate import add_generate_parser
 from .listing import add_list_parser
+from .pattern import add_pattern_parser
 from .report import add_report_parser
 from .train import add_train_parsers
 
@@ -30,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parsers(sub)
     add_generate_parser(sub)
     add_data_parser(sub)
+    add_pattern_parser(sub)
     return parser
 
 
