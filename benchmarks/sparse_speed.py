@@ -16,7 +16,7 @@ One run on one machine: B=1, H=4, D=Dv=64, fp32, non-causal, L = 1K, 4K, 16K, 64
   allocation records on the CPU: the peak of the running total of tensor bytes allocated
   during the call, the inputs made before excluded), which is also the warm-up call.
 * ``local``'s forward against its FLOP lower bound ``2·B·H·Σ_i|band(i)|·(D + Dv)`` at the fp32
-  matmul throughput measured in the same run.
+  throughput of a ``--matmul-size`` square ``torch.matmul`` timed in the same rounds.
 * Decoding (``sparse_speed_decode.py``): time per token of ``local`` and ``softmax`` steps
   after contexts 512–32K, and ``local`` blocked beside lucidrains' ``local-attention``
   (optional: ``--local-attention-path`` puts a folder where it is installed on the path).
@@ -59,6 +59,7 @@ from sparse_speed_report import (
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, D = 1, 4, 64
 WINDOW, BLOCKED_WINDOW = 256, 128
+MATMUL = "fp32 matmul"
 SPARSE = ("longformer", "bigbird", "sparse_transformer")
 #: options the issue fixes; the rest are each mechanism's registered defaults.
 ISSUE_OPTIONS: dict[str, dict[str, Any]] = {
@@ -180,6 +181,9 @@ def measure_length(length: int, names: list[str], args, notes: list[str]) -> dic
     fwd_mem = {row: peak_memory_bytes(fn) for row, fn in fwd.items()}  # also warms up
     train_mem = {row: peak_memory_bytes(fn) for row, fn in train.items()}
     rounds = args.rounds if length <= 4096 else args.long_rounds
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(2, args.matmul_size, args.matmul_size, generator=g)
+    fwd[MATMUL] = lambda: a @ b  # timed in the same rounds, for local's FLOP bound
     f = timed_rounds(fwd, rounds, args.seconds, f"L={length} forward")
     t = timed_rounds(train, rounds, args.seconds, f"L={length} forward+backward")
     return {
@@ -205,28 +209,30 @@ def check_correctness(names: list[str], length: int) -> dict[str, float]:
     return errors
 
 
-def matmul_gflops(size: int, repeats: int) -> dict:
-    """fp32 ``torch.matmul`` throughput of two ``(size, size)`` matrices: 2·size³ FLOPs."""
-    g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(size, size, generator=g), torch.randn(size, size, generator=g)
-    timing = measure_time(lambda: a @ b, repeats=repeats, warmup=2)
-    return {"size": size, "repeats": repeats, "median": 2 * size**3 / timing.median / 1e9}
-
-
-def local_bound(lengths: list[int], runs: dict, gflops: float) -> dict:
+def local_bound(runs: dict, matmul_size: int) -> dict:
+    """Per length: local's forward against ``2·B·H·Σ_i|band(i)|·(D + Dv)`` FLOPs at the fp32
+    matmul throughput of the same rounds (``2·n³`` FLOPs of an ``(n, n)`` product)."""
     out = {}
-    for length in lengths:
-        back, fwd = runs[length]["band"]
+    for length, run in runs.items():
+        back, fwd = run["band"]
         pairs = band_keys(length, back, fwd)
         flops = band_flops(pairs, B, H, D, D)
-        seconds = runs[length]["forward"][0]["local"]
+        medians, per_round = run["forward"][0], run["forward"][1]
+        gflops = 2 * matmul_size**3 / medians.pop(MATMUL) / 1e9
+        matmul = per_round.pop(MATMUL)
+        ratios = [
+            t * 2 * matmul_size**3 / (m * flops)
+            for t, m in zip(per_round["local"], matmul, strict=True)
+        ]
         bound = flops / (gflops * 1e9)
         out[str(length)] = {
             "pairs": pairs,
             "flops": flops,
+            "gflops": gflops,
             "bound_seconds": bound,
-            "seconds": seconds,
-            "ratio": seconds / bound,
+            "seconds": medians["local"],
+            "ratio": medians["local"] / bound,
+            "round_ratios": ratios,
         }
     return out
 
@@ -234,8 +240,8 @@ def local_bound(lengths: list[int], runs: dict, gflops: float) -> dict:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", default="1024,4096,16384,65536")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds, L ≤ 4096")
-    parser.add_argument("--long-rounds", type=int, default=3, help="rounds for L > 4096")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds, L ≤ 4096")
+    parser.add_argument("--long-rounds", type=int, default=5, help="rounds for L > 4096")
     parser.add_argument("--seconds", type=float, default=0.3, help="per candidate per round")
     parser.add_argument(
         "--memory-cap-gb",
@@ -244,6 +250,7 @@ def parse_args() -> argparse.Namespace:
         help="run dense attention only where its L×L scores fit",
     )
     parser.add_argument("--softmax-max-length", type=int, default=4096)
+    parser.add_argument("--matmul-size", type=int, default=2048, help="for the FLOP bound")
     parser.add_argument("--decode-contexts", default="512,2048,8192,32768")
     parser.add_argument("--decode-steps", type=int, default=50)
     parser.add_argument("--side-lengths", default="4096,16384")
@@ -258,6 +265,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.quick:
         args.lengths, args.rounds, args.long_rounds, args.seconds = "256,512", 2, 2, 0.02
+        args.matmul_size = 256
         args.decode_contexts, args.decode_steps, args.side_lengths = "64,256", 5, "256"
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.decode_contexts = [int(x) for x in args.decode_contexts.split(",")]
@@ -274,8 +282,6 @@ def main() -> None:
     names = sparse_names(notes)
     check_length = min(512, *args.lengths)
     correctness = check_correctness(names, check_length)
-    gflops = matmul_gflops(512 if args.quick else 2048, 3 if args.quick else 9)
-    print(f"fp32 matmul: {gflops['median']:.0f} GFLOP/s", flush=True)
     runs = {length: measure_length(length, names, args, notes) for length in args.lengths}
     decode = measure_decoding(args.decode_contexts, args.decode_steps, args.rounds, WINDOW)
     side, side_version = side_by_side(
@@ -303,13 +309,13 @@ def main() -> None:
         "wall_seconds": time.perf_counter() - start,
         "correctness": correctness,
         "correctness_length": check_length,
-        "matmul_gflops": gflops,
+        "matmul_size": args.matmul_size,
     }
+    report["local_bound"] = local_bound(runs, args.matmul_size)  # takes the matmul rows out
     for key in ("forward", "train"):
         report[f"{key}_seconds"] = {str(n): r[key][0] for n, r in runs.items()}
         report[f"{key}_round_seconds"] = {str(n): r[key][1] for n, r in runs.items()}
         report[f"{key}_memory"] = {str(n): r[f"{key}_memory"] for n, r in runs.items()}
-    report["local_bound"] = local_bound(args.lengths, runs, gflops["median"])
     report["decode"], report["side_by_side"] = decode, side
     report["side_by_side_version"] = side_version
     report["notes"] = notes

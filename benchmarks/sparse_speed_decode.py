@@ -57,53 +57,55 @@ def check_decoding(window: int, prompt: int = 40, steps: int = 8) -> dict[str, f
 
 
 def measure_decoding(contexts: list[int], steps: int, rounds: int, window: int) -> list[dict]:
-    """For each context: ``prefill`` it (timed once), then time ``step`` in interleaved rounds
-    of ``steps`` calls (median of medians); the state advances with every step."""
+    """Prefill every context for every decoder (timed once each), then time ``step`` in
+    interleaved rounds over all (context, decoder) pairs, ``steps`` calls each; the reported
+    time is the median of the round medians, and a burst of load from other processes hits
+    all contexts of a round alike (the per-round ratios to the shortest context are kept).
+    Every step advances its state by one token."""
     check_decoding(window)
-    q_t, k_t, v_t = _qkv(1, seed=4)
-    rows = []
+    token = _qkv(1, seed=4)
+    fns, prefill = {}, {}
     for context in contexts:
         q, k, v = _qkv(context, seed=context)
-        attns = {name: _decoder(name, window) for name in DECODERS}
-        states: dict[str, Any] = {}
-        prefill = {}
-        with torch.inference_mode():
-            for name, attn in attns.items():
-                start = time.perf_counter()
-                states[name] = attn.prefill(q, k, v)[1]
-                prefill[name] = time.perf_counter() - start
-
-        fns = {name: _stepper(attns[name], name, states, (q_t, k_t, v_t)) for name in DECODERS}
-        per_round: dict[str, list[float]] = {name: [] for name in DECODERS}
-        for r in range(rounds):
-            for name, fn in fns.items():  # the first round warms up (a cache may grow there)
-                per_round[name].append(
-                    measure_time(fn, repeats=steps, warmup=3 if r == 0 else 0).median
-                )
-            print(
-                f"decode context={context} round {r + 1}/{rounds}: "
-                + ", ".join(f"{n} {t[-1] * 1e6:.0f} µs" for n, t in per_round.items()),
-                flush=True,
-            )
         for name in DECODERS:
-            rows.append(
-                {
-                    "mechanism": name,
-                    "context": context,
-                    "step_seconds": statistics.median(per_round[name]),
-                    "round_step_seconds": per_round[name],
-                    "prefill_seconds": prefill[name],
-                }
-            )
+            attn = _decoder(name, window)
+            with torch.inference_mode():
+                start = time.perf_counter()
+                state = attn.prefill(q, k, v)[1]
+            prefill[name, context] = time.perf_counter() - start
+            fns[name, context] = _stepper(attn, state, token)
+    per_round: dict[tuple[str, int], list[float]] = {key: [] for key in fns}
+    for r in range(rounds):
+        for key, fn in fns.items():  # the first round warms up (a cache may grow there)
+            per_round[key].append(measure_time(fn, repeats=steps, warmup=3 if r == 0 else 0).median)
+        print(
+            f"decode round {r + 1}/{rounds}: "
+            + ", ".join(f"{n}@{c} {t[-1] * 1e6:.0f} µs" for (n, c), t in per_round.items()),
+            flush=True,
+        )
+    rows = []
+    for (name, context), times in per_round.items():
+        first = per_round[name, contexts[0]]
+        rows.append(
+            {
+                "mechanism": name,
+                "context": context,
+                "step_seconds": statistics.median(times),
+                "round_step_seconds": times,
+                "round_ratio_to_shortest": [a / b for a, b in zip(times, first, strict=True)],
+                "prefill_seconds": prefill[name, context],
+            }
+        )
     return sorted(rows, key=lambda r: (DECODERS.index(r["mechanism"]), r["context"]))
 
 
-def _stepper(attn: kattn.Attention, name: str, states: dict[str, Any], token: tuple) -> Any:
-    """One decoding step of ``attn`` from ``states[name]``, which it advances."""
+def _stepper(attn: kattn.Attention, state: Any, token: tuple) -> Any:
+    """One decoding step of ``attn`` from its last state, which it advances."""
+    current = [state]
 
     def step() -> None:
         with torch.inference_mode():
-            states[name] = attn.step(*token, states[name])[1]
+            current[0] = attn.step(*token, current[0])[1]
 
     return step
 
