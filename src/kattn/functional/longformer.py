@@ -100,7 +100,8 @@ def longformer_attention(
             q, k, v, allowed[:length, :length], key_padding_mask=key_padding_mask, scale=scale
         )
     if d == 1:
-        index, valid = _band_table(-(-length // bs), bs, back, fwd, q.device)
+        n_blocks = -(-length // bs)
+        index, valid, band = _band_table(n_blocks, bs, back, fwd, n_blocks, q.device)
         return block_sparse_attention_with_globals(
             q,
             k,
@@ -108,7 +109,7 @@ def longformer_attention(
             index,
             block_size=bs,
             block_valid=valid,
-            token_mask=_band(back, fwd),
+            token_mask=band,
             global_keys=gk,
             global_queries=gk,
             causal=causal,
@@ -153,25 +154,30 @@ def _as_tensor(positions: Positions, device: torch.device | str | None) -> Tenso
 
 
 def _band_table(
-    n_blocks: int, bs: int, back: int, fwd: int, device: torch.device
-) -> tuple[Tensor, Tensor]:
-    """The key blocks that the band ``p − back … p + fwd`` of each query block overlaps:
-    ``(index (nQ, K), valid (nQ, K))`` for a sequence of ``n_blocks`` blocks."""
+    n_blocks: int, bs: int, back: int, fwd: int, segment: int, device: torch.device
+) -> tuple[Tensor, Tensor, TokenMaskFn]:
+    """The block table of the band ``p − back ≤ p' ≤ p + fwd`` inside segments of ``segment``
+    blocks, for a sequence of ``n_blocks`` blocks: ``index (nQ, K)``, ``valid (nQ, K)`` (the
+    blocks that exist, in the query block's segment) and the per-token mask.
+
+    Query block n reads the blocks ``n + span``, so the key in slot s of the gathered blocks
+    sits ``span[s // bs]·bs + s mod bs − r`` positions from the query at offset r of its block,
+    whatever n: one ``(block, K·block)`` mask serves every query block, and the mask callable
+    returns it without looking at the positions (slots past the K·block of this table, the
+    global keys that ``block_sparse_attention_with_globals`` appends, are left False: those it
+    counts itself)."""
     span = torch.arange(-back // bs, (bs - 1 + fwd) // bs + 1, device=device)
-    index = torch.arange(n_blocks, device=device)[:, None] + span
-    return index, (index >= 0) & (index < n_blocks)
-
-
-def _band(back: int, fwd: int, segment: int | None = None) -> TokenMaskFn:
-    """The per-token band ``−back ≤ j − i ≤ fwd`` (inside segments of ``segment`` positions
-    when given: i and j in the same one)."""
+    own = torch.arange(n_blocks, device=device)[:, None]
+    index = own + span
+    valid = (index >= 0) & (index < n_blocks) & (index // segment == own // segment)
+    offsets = torch.arange(bs, device=device)
+    gap = (span[:, None] * bs + offsets).flatten()[None, :] - offsets[:, None]
+    band = (gap >= -back) & (gap <= fwd)  # (block, K·block)
 
     def mask(i: Tensor, j: Tensor) -> Tensor:
-        gap = j - i
-        inside = (gap >= -back) & (gap <= fwd)
-        return inside if segment is None else inside & (j // segment == i // segment)
+        return F.pad(band, (0, j.shape[-1] - band.shape[-1]))
 
-    return mask
+    return index, valid, mask
 
 
 def _dilated(
@@ -217,23 +223,23 @@ def _dilated_window(
 ) -> tuple[Tensor, Tensor]:
     """Attention over the dilated window alone (the global keys left out), with its
     log-sum-exp: on the residue-major layout (:func:`_to_residues`) the window is the band
-    ``−back ≤ p' − p ≤ fwd`` inside each residue's segment of ``seg = ⌈L/d⌉`` positions."""
+    ``−back ≤ p' − p ≤ fwd`` inside each residue's segment of ``seg`` positions (``⌈L/d⌉``
+    rounded up to whole blocks, so that a block never straddles two residues)."""
     b, length = q.shape[0], q.shape[2]
-    seg = -(-length // d)
+    seg = -(-length // (d * bs)) * bs
     pad = key_padding_mask
-    if pad is None and seg * d != length:
+    if pad is None:
         pad = torch.zeros(b, length, dtype=torch.bool, device=q.device)
-    pad_r = None if pad is None else _to_residues(F.pad(pad, (0, seg * d - length), value=True), d)
+    pad_r = _to_residues(F.pad(pad, (0, seg * d - length), value=True), d)
     q_r, k_r, v_r = (_to_residues(F.pad(x, (0, 0, 0, seg * d - length)), d) for x in (q, k, v))
     outside = torch.zeros(seg * d, dtype=torch.bool, device=q.device)
     if gk is not None:  # the global keys are counted in their own part
         outside[(gk % d) * seg + gk // d] = True  # position t·d + r sits at r·seg + t
-    band = _band(back, fwd, seg)
+    index, valid, band = _band_table(seg * d // bs, bs, back, fwd, seg // bs, q.device)
 
     def window(i: Tensor, j: Tensor) -> Tensor:
         return band(i, j) & ~outside[j.clamp(max=seg * d - 1)]
 
-    index, valid = _band_table(-(-seg * d // bs), bs, back, fwd, q.device)
     out, lse = block_sparse_attention(
         q_r,
         k_r,
