@@ -15,17 +15,20 @@ the query's band; fixed: through a summary position of the key's block). Heads (
 ``"union"`` is the merged head, ``A(1) ∪ A(2)`` in every head; ``"split"`` gives the first
 ⌈H/2⌉ heads A(1) and the others A(2) (one more head on the local factor when H is odd).
 
-No ``(L, L)`` tensor is formed. Strided A(1) is a band (a block table of the key blocks each
-query block overlaps, cut by a token mask). Strided A(2) is the band's transpose trick of the
-paper's kernels: the sequence is permuted by ``(i mod l, ⌊i/l⌋)``, so that every residue class
-is a contiguous segment of ⌈L/l⌉ positions (padded to whole blocks), attention runs inside the
-segments, and the output is permuted back. The strided union merges the two parts with
-:func:`~kattn.functional.sparse_combine.merge_partial_attention`, the query's own key taken out
-of the A(2) part (the one pair in both). Fixed A(1) is block-diagonal and A(2) are global keys
-read by every query (``g ≤ i`` when causal):
-:func:`~kattn.functional.sparse_combine.block_sparse_attention_with_globals` computes both and
-counts a key in both once. Time O(L·(l + L/l)·(D + Dv)) strided, O(L·(l + c·L/l)·(D + Dv))
-fixed; memory O(L·(l + L/l)) and O(L·(l + c·L/l)).
+No ``(L, L)`` tensor is formed. Strided A(1) is a band: each query block reads the key blocks
+the band reaches, cut by one mask of offsets. Strided A(2) uses the transpose of the paper's
+kernels: the sequence permuted by ``(i mod l, ⌊i/l⌋)`` makes each residue class a contiguous
+segment of ⌈L/l⌉ positions, attention runs inside segments, and the output is permuted back.
+The fixed pattern is taken in blocks of l: A(1) is attention inside each block, and the
+summaries of the other blocks (causal: the earlier ones) are gathered into a sequence of
+⌈L/l⌉·c keys that every query block reads, cut by a mask of block numbers. A union is its
+two disjoint parts merged into one softmax with
+:func:`~kattn.functional.sparse_combine.merge_partial_attention` (strided: the query itself
+left out of the A(2) part; fixed: a block's own summaries counted in A(1)); split fixed heads
+read A(2) alone as global keys
+(:func:`~kattn.functional.sparse_combine.block_sparse_attention_with_globals`; its per-token
+callable mask makes it slower than the merged parts above). Time O(L·(l + L/l)·(D + Dv)) strided,
+O(L·(l + c·L/l)·(D + Dv)) fixed; memory O(L·(l + L/l)) and O(L·(l + c·L/l)).
 
 Differences from released code. OpenAI's ``sparse_attention`` (blocksparse kernels) has the
 same strided factors (its ``local`` band and ``strided`` mode on the transposed sequence, which
@@ -114,14 +117,19 @@ def sparse_transformer_attention(
     Returns:
         ``(B, H, L, Dv)`` in the dtype of q; a query that reads no real key gets zeros.
     """
-    stride, c = _checked_options(pattern, stride, c, heads, q.shape[1] if q.ndim == 4 else 2)
+    if q.ndim != 4 or k.ndim != 4:
+        raise ValueError(
+            f"q, k and v must be (B, H, L, D) tensors, got shapes {tuple(q.shape)}, "
+            f"{tuple(k.shape)} and {tuple(v.shape)}"
+        )
+    stride, c = _checked_options(pattern, stride, c, heads, q.shape[1])
     bs = positive_int("block_size", block_size)
-    if q.ndim == 4 and k.ndim == 4 and q.shape[2] != k.shape[2]:
+    if q.shape[2] != k.shape[2]:
         raise ValueError(
             "the Sparse Transformer pattern needs Lq == Lk (it is defined on aligned "
             f"positions), got Lq={q.shape[2]}, Lk={k.shape[2]}"
         )
-    if q.ndim == 4 and k.ndim == 4 and 0 in (*q.shape[:3], k.shape[2]):
+    if 0 in (*q.shape[:3], k.shape[2]):
         # nothing to gather (an empty batch): the dense form, empty and cheap here
         return sparse_transformer_attention_reference(
             q, k, v, pattern=pattern, stride=stride, c=c, heads=heads, causal=causal,
@@ -155,13 +163,12 @@ def sparse_transformer_attention_reference(
     """The same attention in the dense O(L²·(D + Dv)) form: :func:`sparse_transformer_pattern`
     given to :func:`~kattn.functional.sparse.sparse_attention_reference`. Arguments as in
     :func:`sparse_transformer_attention`."""
-    num_heads = q.shape[1] if q.ndim == 4 else 1
+    length = q.shape[-2]
     allowed = sparse_transformer_pattern(
-        max(q.shape[2], 1) if q.ndim == 4 else 1, pattern=pattern, stride=stride, c=c,
-        heads=heads, num_heads=num_heads, causal=causal, device=q.device,
+        max(length, 1), pattern=pattern, stride=stride, c=c, heads=heads,
+        num_heads=q.shape[1] if q.ndim == 4 else 1, causal=causal, device=q.device,
     )  # fmt: skip
-    if q.ndim == 4:
-        allowed = allowed[:, : q.shape[2], : q.shape[2]]
+    allowed = allowed[:, :length, :length]
     return sparse_attention_reference(
         q, k, v, allowed, key_padding_mask=key_padding_mask, scale=scale
     )
@@ -216,86 +223,91 @@ def _checked_options(
     return stride, c
 
 
-def _range_table(lo: Tensor, hi: Tensor, bs: int, n_k: int) -> tuple[Tensor, Tensor]:
-    """The block table ``(nQ, K)`` and its valid slots for query blocks that read the key
-    positions ``[lo, hi)`` (one range per query block, clipped to ``[0, n_k·bs)``)."""
-    lo, hi = lo.clamp(min=0), hi.clamp(max=n_k * bs)
-    first, last = lo // bs, (hi - 1) // bs
-    width = int((last - first).max()) + 1
-    index = first[:, None] + torch.arange(width, device=lo.device)
-    return index, (index <= last[:, None]) & (index < n_k) & (hi > lo)[:, None]
-
-
-def _block_starts(length: int, bs: int, device: torch.device) -> Tensor:
-    """The first position of each block of ``bs`` tokens, ``(⌈L/bs⌉,)``."""
-    return torch.arange(-(-length // bs), device=device) * bs
-
-
 def _band(q: Tensor, k: Tensor, v: Tensor, opts: _Opts) -> _Part:
-    """Strided A(1), ``i − l < j ≤ i`` (causal) or ``|i − j| < l``, and its lse."""
+    """Strided A(1), ``i − l < j ≤ i`` (causal) or ``|i − j| < l``, and its lse: query block
+    n reads the key blocks ``n + o`` that the band reaches, cut by one ``(block, K·block)``
+    mask of the offsets j − i, the same for every query block."""
     stride, causal, length = opts.stride, opts.causal, q.shape[2]
     bs = min(opts.block, length)
-    starts = _block_starts(length, bs, q.device)
-    reach = bs if causal else bs + stride - 1  # past the block start, the last key read
-    index, valid = _range_table(starts - stride + 1, starts + reach, bs, starts.numel())
-
-    def band(i: Tensor, j: Tensor) -> Tensor:
-        near = (i - j).abs() < stride
-        return near & (j <= i) if causal else near
-
+    n = -(-length // bs)
+    ahead = 0 if causal else stride - 1  # the largest j − i read
+    offsets = torch.arange(-((stride + bs - 2) // bs), (ahead + bs - 1) // bs + 1, device=q.device)
+    index = torch.arange(n, device=q.device)[:, None] + offsets
+    rows = torch.arange(bs, device=q.device)
+    gap = (offsets[:, None] * bs + rows).flatten() - rows[:, None]  # (block, K·block): j − i
     return block_sparse_attention(
-        q, k, v, index, block_size=bs, block_valid=valid, token_mask=band,
-        key_padding_mask=opts.pad, scale=opts.scale, return_lse=True,
+        q, k, v, index, block_size=bs, block_valid=(index >= 0) & (index < n),
+        token_mask=(gap > -stride) & (gap <= ahead), key_padding_mask=opts.pad,
+        scale=opts.scale, return_lse=True,
     )  # fmt: skip
 
 
 def _residues(q: Tensor, k: Tensor, v: Tensor, opts: _Opts, *, with_self: bool) -> _Part:
     """Strided A(2), ``(i − j) mod l = 0`` (and ``j ≤ i`` when causal; ``j ≠ i`` unless
-    ``with_self``), and its lse: attention inside the segments of the sequence permuted by
-    ``(i mod l, ⌊i/l⌋)``, each residue class one segment."""
-    b, length = q.shape[0], q.shape[2]
+    ``with_self``), and its lse: the sequence permuted by ``(i mod l, ⌊i/l⌋)`` makes each
+    residue class a segment, attention runs inside the segments, and is permuted back."""
+    length = q.shape[2]
     stride = min(opts.stride, length)  # for L <= l every class is one position either way
     m = -(-length // stride)  # positions per residue class, at most
-    bs = min(opts.block, m)
-    seg = -(-m // bs) * bs  # a segment, padded to whole blocks
-    layout = (stride, m, seg)
-    pad = opts.pad
-    if pad is None:
-        pad = torch.zeros(b, length, dtype=torch.bool, device=q.device)
-    pad = F.pad(pad, (0, stride * m - length), value=True).view(b, m, stride).transpose(1, 2)
-    pad = F.pad(pad, (0, seg - m), value=True).reshape(b, stride * seg)
-    per_seg = seg // bs  # key blocks per segment, all read by each of its query blocks
-    first = torch.arange(stride * per_seg, device=q.device) // per_seg * per_seg
-    index = first[:, None] + torch.arange(per_seg, device=q.device)
-    causal = opts.causal
 
-    def order(i: Tensor, j: Tensor) -> Tensor:  # i, j: permuted positions in one segment
-        keep = j <= i if causal else torch.ones_like(j, dtype=torch.bool)
-        return keep if with_self else keep & (j != i)
+    def permute(x: Tensor, value: bool | float = 0.0) -> Tensor:  # (…, L, F) → (…, l, m, F)
+        return _segments(x, m, stride, value).transpose(-3, -2)
 
-    out, lse = block_sparse_attention(
-        _permute(q, layout), _permute(k, layout), _permute(v, layout), index, block_size=bs,
-        token_mask=order if causal or not with_self else None, key_padding_mask=pad,
-        scale=opts.scale, return_lse=True,
+    out, lse = _within(
+        permute(q), permute(k), permute(v), permute(_padding(opts.pad, q), True)[..., 0], opts,
+        with_self=with_self,
     )  # fmt: skip
-    return _unpermute(out, layout, length), _unpermute(lse[..., None], layout, length)[..., 0]
+    return _joined(out.transpose(2, 3), length), _joined(lse.transpose(2, 3), length)
 
 
-def _permute(x: Tensor, layout: tuple[int, int, int]) -> Tensor:
-    """``(B, H, L, ·)`` → ``(B, H, l·seg, ·)``: position ``t·l + r`` moves to ``r·seg + t``,
-    zeros where no position lands (``layout = (l, m, seg)``, m = ⌈L/l⌉ <= seg)."""
-    stride, m, seg = layout
-    b, h, length, d = x.shape
-    x = F.pad(x, (0, 0, 0, stride * m - length)).view(b, h, m, stride, d).transpose(2, 3)
-    return F.pad(x, (0, 0, 0, seg - m)).reshape(b, h, stride * seg, d)
+def _segments(x: Tensor, s: int, m: int, value: bool | float = 0.0) -> Tensor:
+    """``(…, L, F)`` → ``(…, s, m, F)``: consecutive segments of m positions, filled with
+    ``value`` past L."""
+    x = F.pad(x, (0, 0, 0, s * m - x.shape[-2]), value=value)
+    return x.view(*x.shape[:-2], s, m, x.shape[-1])
 
 
-def _unpermute(x: Tensor, layout: tuple[int, int, int], length: int) -> Tensor:
-    """The inverse of :func:`_permute`, back to the L positions."""
-    stride, m, seg = layout
-    b, h, _, d = x.shape
-    x = x.view(b, h, stride, seg, d)[:, :, :, :m].transpose(2, 3)
-    return x.reshape(b, h, m * stride, d)[:, :, :length]
+def _joined(x: Tensor, length: int) -> Tensor:
+    """``(B, H, s, m, …)`` → ``(B, H, L, …)``: the segments end to end, cut to L positions."""
+    return x.flatten(2, 3)[:, :, :length]
+
+
+def _padding(pad: Tensor | None, q: Tensor) -> Tensor:
+    """The key padding mask as ``(B, L, 1)`` bool (False everywhere when None)."""
+    if pad is None:
+        return torch.zeros(q.shape[0], q.shape[2], 1, dtype=torch.bool, device=q.device)
+    return pad[:, :, None]
+
+
+def _within(q: Tensor, k: Tensor, v: Tensor, pad: Tensor, opts: _Opts, *, with_self: bool) -> _Part:
+    """Attention inside segments, q ``(B, H, S, m, D)``, k, v alike, pad ``(B, S, m)``: query
+    t of a segment reads its keys u (``u ≤ t`` when causal; ``u ≠ t`` unless ``with_self``).
+    Segments are padded to whole core blocks; a query block reads its segment's blocks (when
+    causal, those up to its own), cut by a mask of the positions inside the segment."""
+    b, h, s, m, _ = q.shape
+    bs = min(opts.block, m)
+    per = -(-m // bs)  # core blocks per segment
+    seg = per * bs
+
+    def flat(x: Tensor, value: bool | float = 0.0) -> Tensor:
+        return F.pad(x, (0, 0, 0, seg - m), value=value).flatten(-3, -2)
+
+    n = s * per
+    block = torch.arange(n, device=q.device)
+    index = (block // per * per)[:, None] + torch.arange(per, device=q.device)
+    mask = None
+    if opts.causal or not with_self:  # (nQ, block, seg): by the positions t, u in the segment
+        u = torch.arange(seg, device=q.device)
+        t = u.view(per, bs, 1)
+        mask = u <= t if opts.causal else torch.ones_like(u, dtype=torch.bool).expand(per, bs, -1)
+        mask = mask if with_self else mask & (u != t)
+        mask = mask.expand(s, per, bs, seg).reshape(n, bs, seg)
+    out, lse = block_sparse_attention(
+        flat(q), flat(k), flat(v), index, block_size=bs,
+        block_valid=index <= block[:, None] if opts.causal else None, token_mask=mask,
+        key_padding_mask=flat(pad[..., None], True)[..., 0], scale=opts.scale, return_lse=True,
+    )  # fmt: skip
+    return out.view(b, h, s, seg, -1)[:, :, :, :m], lse.view(b, h, s, seg)[..., :m]
 
 
 def _strided_union(q: Tensor, k: Tensor, v: Tensor, opts: _Opts) -> Tensor:
@@ -313,41 +325,62 @@ def _strided_residues(q: Tensor, k: Tensor, v: Tensor, opts: _Opts) -> Tensor:
     return _residues(q, k, v, opts, with_self=True)[0]
 
 
-def _fixed(q: Tensor, k: Tensor, v: Tensor, opts: _Opts, *, own: bool, summaries: bool) -> Tensor:
-    """The fixed pattern: the query's own block of l positions (``own``: a block table cut by
-    a token mask), the summary keys as global keys (``summaries``), or both at once."""
-    stride, causal, length = opts.stride, opts.causal, q.shape[2]
-    bs = min(opts.block, stride, length)
-    starts = _block_starts(length, bs, q.device)
-    lo, hi = starts // stride * stride, ((starts + bs - 1) // stride + 1) * stride
-    index, valid = _range_table(lo, hi, bs, starts.numel())
-
-    def block(i: Tensor, j: Tensor) -> Tensor:
-        same = i // stride == j // stride
-        return same & (j <= i) if causal else same
-
-    keys = None
-    if summaries:
-        first = torch.arange(-(-length // stride), device=q.device)[:, None] * stride
-        keys = (first + torch.arange(stride - opts.c, stride, device=q.device)).flatten()
-        keys = keys[keys < length]
-    return block_sparse_attention_with_globals(
-        q, k, v, index, block_size=bs, block_valid=valid if own else torch.zeros_like(valid),
-        token_mask=block, global_keys=keys, causal=causal, key_padding_mask=opts.pad,
-        scale=opts.scale,
+def _other_summaries(q: Tensor, k: Tensor, v: Tensor, opts: _Opts) -> _Part:
+    """The summary keys of the blocks other than the query's (causal: of earlier blocks), q
+    in blocks ``(B, H, S, l, D)``, k and v ``(B, H, L, ·)``: the S·c summaries are gathered
+    into a short key sequence that every query block reads, cut by a mask of block numbers."""
+    b, h, s, stride, _ = q.shape
+    length, c, dev = k.shape[2], opts.c, q.device
+    bs = min(opts.block, stride)
+    per = -(-stride // bs)
+    n, n_keys = s * per, -(-(s * c) // bs)
+    first = torch.arange(s, device=dev)[:, None] * stride
+    pos = (first + torch.arange(stride - c, stride, device=dev)).flatten()  # the summaries
+    real = (pos < length)[None]
+    pos = pos.clamp(max=length - 1)
+    pad = ~real if opts.pad is None else ~real | opts.pad[:, pos]
+    key_block = F.pad(torch.arange(s * c, device=dev) // c, (0, n_keys * bs - s * c), value=s)
+    query_block = torch.arange(n, device=dev)[:, None] // per
+    mask = key_block < query_block if opts.causal else key_block != query_block  # (nQ, K·block)
+    table = torch.arange(n_keys, device=dev).expand(n, n_keys)
+    out, lse = block_sparse_attention(
+        F.pad(q, (0, 0, 0, per * bs - stride)).flatten(2, 3), k[:, :, pos], v[:, :, pos], table,
+        block_size=bs, token_mask=mask[:, None], key_padding_mask=pad.expand(b, -1),
+        scale=opts.scale, return_lse=True,
     )  # fmt: skip
+    out, lse = out.view(b, h, s, per * bs, -1), lse.view(b, h, s, per * bs)
+    return out[:, :, :, :stride], lse[..., :stride]
 
 
 def _fixed_union(q: Tensor, k: Tensor, v: Tensor, opts: _Opts) -> Tensor:
-    return _fixed(q, k, v, opts, own=True, summaries=True)
+    """The fixed A(1) ∪ A(2), in blocks of l: the query's own block (which holds its block's
+    summaries) merged with the summaries of the other blocks into one softmax."""
+    s = -(-q.shape[2] // opts.stride)
+    qs, ks, vs = (_segments(x, s, opts.stride) for x in (q, k, v))
+    pad = _segments(_padding(opts.pad, q), s, opts.stride, True)[..., 0]
+    own = _within(qs, ks, vs, pad, opts, with_self=True)
+    return _joined(merge_partial_attention([own, _other_summaries(qs, k, v, opts)]), q.shape[2])
 
 
 def _fixed_blocks(q: Tensor, k: Tensor, v: Tensor, opts: _Opts) -> Tensor:
-    return _fixed(q, k, v, opts, own=True, summaries=False)
+    """The fixed A(1): attention inside blocks of l positions."""
+    s = -(-q.shape[2] // opts.stride)
+    qs, ks, vs = (_segments(x, s, opts.stride) for x in (q, k, v))
+    pad = _segments(_padding(opts.pad, q), s, opts.stride, True)[..., 0]
+    return _joined(_within(qs, ks, vs, pad, opts, with_self=True)[0], q.shape[2])
 
 
 def _fixed_summaries(q: Tensor, k: Tensor, v: Tensor, opts: _Opts) -> Tensor:
-    return _fixed(q, k, v, opts, own=False, summaries=True)
+    """The fixed A(2) alone: the summary positions as global keys (``g ≤ i`` when causal)."""
+    length, stride = q.shape[2], opts.stride
+    first = torch.arange(-(-length // stride), device=q.device)[:, None] * stride
+    keys = (first + torch.arange(stride - opts.c, stride, device=q.device)).flatten()
+    bs = min(opts.block, length)
+    none = torch.zeros(-(-length // bs), 1, dtype=torch.long, device=q.device)  # no own blocks
+    return block_sparse_attention_with_globals(
+        q, k, v, none, block_size=bs, block_valid=none > 0, global_keys=keys[keys < length],
+        causal=opts.causal, key_padding_mask=opts.pad, scale=opts.scale,
+    )  # fmt: skip
 
 
 _Fn = Callable[[Tensor, Tensor, Tensor, _Opts], Tensor]
