@@ -12,6 +12,7 @@ import kattn
 from kattn.functional import (
     sparse_attention_reference,
     sparse_transformer_attention,
+    sparse_transformer_attention_reference,
     sparse_transformer_pattern,
 )
 
@@ -93,6 +94,11 @@ def test_forward_and_gradients_equal_the_reference(pattern, stride, c, causal, l
     ref = sparse_attention_reference(q, k, v, allowed, key_padding_mask=mask)
     assert_close(out, ref)
     assert_close(attn.reference(q, k, v, causal=causal, key_padding_mask=mask), ref)
+    options = {"pattern": pattern, "stride": stride, "c": c, "heads": heads, "causal": causal}
+    functional_ref = sparse_transformer_attention_reference(
+        q, k, v, key_padding_mask=mask, **options
+    )
+    assert_close(functional_ref, ref)
     for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
         assert_close(g, g_ref)
 
