@@ -2,6 +2,13 @@
 
 from .banded import banded_linear_attention, banded_log_coefficients
 from .banded_decoding import BandedState, banded_init_state, banded_step
+from .bigbird import (
+    BigBirdLayout,
+    bigbird_attention,
+    bigbird_global_positions,
+    bigbird_layout,
+    bigbird_pattern,
+)
 from .decay import (
     decay_init_state,
     decay_linear_attention,
@@ -104,6 +111,7 @@ from .toeplitz2d import rpe2d_linear_attention_fft, toeplitz2d_dense_log
 
 __all__ = [
     "BandedState",
+    "BigBirdLayout",
     "DenseRows",
     "KVCache",
     "LinearState",
@@ -118,6 +126,10 @@ __all__ = [
     "banded_linear_attention",
     "banded_log_coefficients",
     "banded_step",
+    "bigbird_attention",
+    "bigbird_global_positions",
+    "bigbird_layout",
+    "bigbird_pattern",
     "block_pattern_to_dense",
     "block_sparse_attention",
     "block_sparse_attention_with_globals",

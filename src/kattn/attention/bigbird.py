@@ -1,0 +1,235 @@
+"""BigBird (Zaheer et al., Big Bird: Transformers for Longer Sequences, NeurIPS 2020, §2 and
+App. D): exact softmax over window, random and global blocks, the BigBird-ITC pattern.
+
+How it differs from the released implementations (read, not copied):
+
+- google-research/bigbird (``bigbird/core/attention.py``) seeds numpy once per layer (the
+  layer index) and keeps that pattern for training and inference; it needs L to be a multiple
+  of the block size and at least (5 + 2r) blocks, special-cases the second and second-last
+  query blocks, and at L = 1024, 3072 or 4096 draws random blocks only among the first 1024
+  tokens (other lengths follow a "plan" that splits the random blocks between segments).
+  Here every eligible block is equally likely at every length, any L works (the last block
+  may be partial), and the pattern is the same rule for every query block.
+- HuggingFace ``BigBirdModel`` (``models/big_bird``) redraws the random blocks from numpy's
+  global RNG in each training forward and, in eval, sets every random slot to block 0 (a
+  global block), so inference reads no random block; it uses full attention up to
+  (5 + 2r)·b tokens. Here eval reads a fixed draw of r random blocks, and the fallback to full
+  attention happens only when the pattern would read every block anyway.
+- Long Range Arena (``lra_benchmarks/models/bigbird``) fixes one draw per layer (seeded from
+  the module's path), draws random blocks among the first 1024 tokens only, and runs full
+  causal attention when causal. Here the causal form is sparse (see below).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..checks import int_at_least, positive_float_or_none, positive_int
+from ..features.base import in_backward
+from ..functional.bigbird import (
+    BigBirdLayout,
+    bigbird_attention,
+    bigbird_layout,
+    bigbird_pattern,
+    window_half_width,
+)
+from ..functional.sparse import sparse_attention_reference
+from ..registry import register_mechanism
+from .base import Attention
+
+#: eval layouts kept per module (one per length, causal flag and device).
+_CACHED_LAYOUTS = 8
+
+
+class BigBirdAttention(Attention):
+    """Exact softmax over the BigBird-ITC pattern (Zaheer et al. 2020, §2, App. D): with
+    blocks of ``block_size`` tokens, query block n reads its ``num_window_blocks = 2w + 1``
+    neighbouring blocks ``n − w … n + w``, ``num_random_blocks`` random blocks (per head and
+    query block, drawn without replacement among the blocks it does not already read) and
+    the ``num_global`` global tokens, which read every key and are read by every query
+    (:mod:`kattn.functional.bigbird`: key blocks gathered as on the block-sparse core, one
+    fused softmax per query block). O(L·(W + R)·b·D + G·L·D) time, O(L·(W + R + G/b)·b)
+    memory; short sequences, where the pattern would cover every block, get full attention.
+
+    Defaults, from the paper's runs (App. E.1, Table 8, BigBird-ITC: block 64, global tokens
+    2·b, window 3·b, random 3·b) and the LRA configuration (block_size 64, num_rand_blocks 3):
+    ``block_size=64``, ``num_window_blocks=3``, ``num_random_blocks=3`` and ``num_global =
+    2·block_size``: the first and the last block are global, as in the released code's ITC
+    layout (in general the first ⌈G/2⌉ and the last ⌊G/2⌋ tokens).
+
+    Randomness: the random blocks come from a generator owned by the module, seeded from
+    ``seed`` (never torch's global RNG). In ``eval()`` the draw is fixed per length and causal
+    flag (the same on every call and for every batch item, so a sequence's output does not
+    depend on the rest of its batch; :meth:`pattern` shows it). In training each forward
+    draws afresh (draw 1, 2, … of a sequence fixed by the seed); the forward that activation
+    checkpointing re-runs inside backward reuses its draw. The seed and the number of training
+    draws are the module's extra state in ``state_dict()``, so a reloaded module has the same
+    eval pattern and resumes the same sequence. Layers built with one seed share their eval
+    pattern; pass ``seed=layer index`` for distinct ones, as the released code does.
+
+    Causal form (kattn's own; the paper's BigBird is an encoder pattern): window blocks
+    ``n − w … n`` with ``j ≤ i`` inside block n, random blocks drawn among the blocks before
+    the window, a global key g read by the queries ``i ≥ g`` and a global query g reading the
+    keys ``j ≤ g``. Cross-attention is not defined (the blocks pair aligned positions), and
+    there is no recurrent form (the draw depends on the whole length).
+
+    Args:
+        block_size: b, tokens per block, a positive int.
+        num_window_blocks: 2w + 1, an odd positive int.
+        num_random_blocks: r, an int >= 0.
+        num_global: G, global tokens, an int >= 0; None: ``2·block_size``.
+        seed: the seed of the random blocks, an int >= 0.
+        scale: logit scale, default ``1/√D``.
+    """
+
+    is_exact = True
+    supports_cross = False
+    supports_recurrent = False
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        num_heads: int,
+        max_len: int | None = None,
+        block_size: int = 64,
+        num_window_blocks: int = 3,
+        num_random_blocks: int = 3,
+        num_global: int | None = None,
+        seed: int = 0,
+        scale: float | None = None,
+    ) -> None:
+        super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        self._check_option_types(
+            block_size=block_size,
+            num_window_blocks=num_window_blocks,
+            num_random_blocks=num_random_blocks,
+            num_global=num_global,
+            seed=seed,
+            scale=scale,
+        )
+        self.block_size = positive_int("block_size", block_size)
+        window_half_width(num_window_blocks)
+        self.num_window_blocks = num_window_blocks
+        self.num_random_blocks = int_at_least("num_random_blocks", num_random_blocks, 0)
+        if num_global is not None:
+            int_at_least("num_global", num_global, 0)
+        self.num_global = 2 * block_size if num_global is None else num_global
+        self.seed = int_at_least("seed", seed, 0)
+        self.scale = positive_float_or_none("scale", scale)
+        self._draws = 0  # training draws so far
+        self._layouts: dict[tuple[Any, ...], BigBirdLayout] = {}
+
+    # ------------------------------------------------------------------------------ pattern
+    def layout(
+        self, length: int, *, causal: bool = False, device: torch.device | str | None = None
+    ) -> BigBirdLayout:
+        """The evaluation-mode draw for a self-attention of ``length`` tokens (cached)."""
+        key = (self.seed, length, causal, str(torch.device(device or "cpu")))
+        if key not in self._layouts:
+            if len(self._layouts) >= _CACHED_LAYOUTS:
+                self._layouts.pop(next(iter(self._layouts)))
+            self._layouts[key] = self._draw(length, causal, 0, device)
+        return self._layouts[key]
+
+    def pattern(
+        self, length: int, *, causal: bool = False, device: torch.device | str | None = None
+    ) -> Tensor:
+        """The bool ``(num_heads, L, L)`` pattern of a self-attention of ``length`` tokens in
+        eval mode: True where query i reads key j. O(H·L²) memory: for references and plots."""
+        allowed = bigbird_pattern(self.layout(length, causal=causal, device=device))
+        return allowed.expand(self.num_heads, length, length)
+
+    def _draw(self, length: int, causal: bool, draw: int, device: Any) -> BigBirdLayout:
+        """Draw ``draw`` (0 for eval, 1, 2, … in training) for this length and causal flag,
+        from a generator seeded by the module's seed and these three."""
+        generator = torch.Generator().manual_seed(_mix(self.seed, draw, length, causal))
+        return bigbird_layout(
+            length,
+            block_size=self.block_size,
+            num_window_blocks=self.num_window_blocks,
+            num_random_blocks=self.num_random_blocks,
+            num_global=self.num_global,
+            num_heads=self.num_heads,
+            causal=causal,
+            generator=generator,
+            device=device,
+        )
+
+    def _current_layout(self, length: int, causal: bool, device: Any) -> BigBirdLayout:
+        """Eval: the fixed draw. Training: the next draw (the same one again when activation
+        checkpointing re-runs the forward inside backward)."""
+        if not self.training:
+            return self.layout(length, causal=causal, device=device)
+        if not in_backward():
+            self._draws += 1
+        return self._draw(length, causal, self._draws, device)
+
+    # ------------------------------------------------------------------------------ forward
+    def _why_not(self, capability: str) -> str:
+        if capability == "cross":
+            return ": its blocks pair aligned query and key positions (Lq == Lk)"
+        return ""
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        layout = self._current_layout(q.shape[2], causal, q.device)
+        return bigbird_attention(
+            q, k, v, layout, key_padding_mask=key_padding_mask, scale=self.scale
+        )
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        allowed = self.pattern(q.shape[2], causal=causal, device=q.device)
+        return sparse_attention_reference(
+            q, k, v, allowed[None], key_padding_mask=key_padding_mask, scale=self.scale
+        )
+
+    # -------------------------------------------------------------------------------- state
+    def get_extra_state(self) -> dict[str, int]:
+        """The seed and the number of training draws: a reloaded module has the same eval
+        pattern and continues the same sequence of training draws."""
+        return {"seed": self.seed, "draws": self._draws}
+
+    def set_extra_state(self, state: Any) -> None:
+        ok = isinstance(state, dict) and all(
+            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
+        )
+        if not ok:
+            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
+        self.seed, self._draws = state["seed"], state["draws"]
+        self._layouts.clear()
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
+            f"block_size={self.block_size}, num_window_blocks={self.num_window_blocks}, "
+            f"num_random_blocks={self.num_random_blocks}, num_global={self.num_global}, "
+            f"seed={self.seed}, scale={self.scale}"
+        )
+
+
+def _mix(seed: int, draw: int, length: int, causal: bool) -> int:
+    """A 63-bit generator seed from the module's seed, the draw number, L and the causal flag
+    (a hash, so that nearby arguments give unrelated streams)."""
+    digest = hashlib.sha256(f"bigbird/{seed}/{draw}/{length}/{int(causal)}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+register_mechanism(
+    "bigbird",
+    BigBirdAttention,
+    summary="Exact softmax over BigBird-ITC blocks: a window of blocks, random blocks (fixed "
+    "in eval, redrawn in training) and global tokens.",
+    reference="Zaheer et al., Big Bird: Transformers for Longer Sequences, NeurIPS 2020",
+    complexity="O(L·(W + R)·b·D + G·L·D) time, O(L·(W + R + G/b)·b) memory (b = block_size, "
+    "W window and R random blocks, G global tokens)",
+    colour="#e6550d",
+    size_option=None,
+)
