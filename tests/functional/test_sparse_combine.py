@@ -54,14 +54,25 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("length", "bs", "kmax", "gk", "gq", "causal"), CASES)
-def test_equals_the_reference_forward_and_gradients(length, bs, kmax, gk, gq, causal):
+#: a causal call needs a causal block pattern, so no token mask only for non-causal cases
+MASKED_CASES = [
+    (*case, kind)
+    for case in CASES
+    for kind in ("callable", "tensor", "none")
+    if kind != "none" or not case[-1]
+]
+
+
+@pytest.mark.parametrize(("length", "bs", "kmax", "gk", "gq", "causal", "mask_kind"), MASKED_CASES)
+def test_equals_the_reference_forward_and_gradients(length, bs, kmax, gk, gq, causal, mask_kind):
     n = -(-length // bs)
     idx, valid = random_table(2, 3, n, n, kmax, seed=length + kmax, with_valid=True)
 
-    def window(i, j):
-        near = (i - j).abs() <= 3
-        return near & (j <= i) if causal else near
+    def near(i, j):
+        close = (i - j).abs() <= 3
+        return close & (j <= i) if causal else close
+
+    window = {"callable": near, "tensor": _as_tensor(near, idx, bs), "none": None}[mask_kind]
 
     q, k, v = qkv(2, 3, length, requires_grad=True)
     gk_t, gq_t = torch.tensor(gk, dtype=torch.long), torch.tensor(gq, dtype=torch.long)
@@ -83,6 +94,15 @@ def test_equals_the_reference_forward_and_gradients(length, bs, kmax, gk, gq, ca
     assert_close(out, ref)
     for g_out, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
         assert_close(g_out, g_ref)
+
+
+def _as_tensor(mask_fn, idx, bs):
+    """The token mask ``mask_fn`` written out as the core's ``(B, H, nQ, block, K·block)``
+    tensor for the block table ``idx``."""
+    n_q = idx.shape[2]
+    query_pos = (torch.arange(n_q)[:, None] * bs + torch.arange(bs))[..., None]
+    key_pos = (idx[..., None] * bs + torch.arange(bs)).flatten(-2)[..., None, :]
+    return mask_fn(query_pos, key_pos)
 
 
 def test_global_keys_are_counted_once():
@@ -155,15 +175,14 @@ def test_half_inputs_stay_finite_and_close():
         ({"global_keys": torch.tensor([0, 40])}, "global_keys must lie in"),
         ({"global_queries": torch.tensor([[0]])}, "global_queries must be a 1-D integer"),
         ({"global_keys": torch.tensor([0.5])}, "global_keys must be a 1-D integer"),
-        ({"token_mask": torch.ones(1, dtype=torch.bool)}, "token_mask must be a callable"),
+        ({"block_index": torch.arange(3)[:, None]}, "block_index must be broadcastable"),
     ],
 )
 def test_bad_arguments_are_named(kwargs, message):
     q, k, v = qkv(1, 1, 16)
     with pytest.raises(ValueError, match=message):
-        block_sparse_attention_with_globals(
-            q, k, v, torch.arange(4)[:, None], block_size=4, **kwargs
-        )
+        arguments = {"block_index": torch.arange(4)[:, None], "global_keys": torch.tensor([1])}
+        block_sparse_attention_with_globals(q, k, v, block_size=4, **(arguments | kwargs))
 
 
 def test_lse_is_the_log_sum_exp_of_the_allowed_logits():

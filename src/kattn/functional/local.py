@@ -22,6 +22,7 @@ of positions in the ring buffer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -221,6 +222,12 @@ def _window_attention(
     reach = (offset - back * w - w + 1, offset + (0 if causal else (fwd + 1) * w - 1))
     span = torch.arange(reach[0] // bs, (bs - 1 + reach[1]) // bs + 1, device=q.device)
     index = torch.arange(n_q, device=q.device)[:, None] + span  # (nQ, K)
+    token_mask: Tensor | Callable[[Tensor, Tensor], Tensor] = window
+    if bs % w == 0:
+        # shifting a query block and its keys by bs shifts ⌊·/w⌋ of both alike: every query
+        # block has the mask of block 0, one (block, K·block) tensor instead of a callable
+        rows = torch.arange(bs, device=q.device)
+        token_mask = window(rows[:, None], (span[:, None] * bs + rows).flatten()[None, :])
     return block_sparse_attention(
         q,
         k,
@@ -228,7 +235,7 @@ def _window_attention(
         index,
         block_size=bs,
         block_valid=(index >= 0) & (index < n_k),
-        token_mask=window,
+        token_mask=token_mask,
         key_padding_mask=key_padding_mask,
         scale=scale,
     )

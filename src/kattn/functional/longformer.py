@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..checks import int_at_least, positive_int
-from .sparse import TokenMaskFn, block_sparse_attention, sparse_attention_reference
+from .sparse import block_sparse_attention, sparse_attention_reference
 from .sparse_combine import (
     add_global_tokens,
     block_sparse_attention_with_globals,
@@ -155,29 +155,21 @@ def _as_tensor(positions: Positions, device: torch.device | str | None) -> Tenso
 
 def _band_table(
     n_blocks: int, bs: int, back: int, fwd: int, segment: int, device: torch.device
-) -> tuple[Tensor, Tensor, TokenMaskFn]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """The block table of the band ``p − back ≤ p' ≤ p + fwd`` inside segments of ``segment``
     blocks, for a sequence of ``n_blocks`` blocks: ``index (nQ, K)``, ``valid (nQ, K)`` (the
     blocks that exist, in the query block's segment) and the per-token mask.
 
     Query block n reads the blocks ``n + span``, so the key in slot s of the gathered blocks
     sits ``span[s // bs]·bs + s mod bs − r`` positions from the query at offset r of its block,
-    whatever n: one ``(block, K·block)`` mask serves every query block, and the mask callable
-    returns it without looking at the positions (slots past the K·block of this table, the
-    global keys that ``block_sparse_attention_with_globals`` appends, are left False: those it
-    counts itself)."""
+    whatever n: one ``(block, K·block)`` bool mask serves every query block."""
     span = torch.arange(-back // bs, (bs - 1 + fwd) // bs + 1, device=device)
     own = torch.arange(n_blocks, device=device)[:, None]
     index = own + span
     valid = (index >= 0) & (index < n_blocks) & (index // segment == own // segment)
     offsets = torch.arange(bs, device=device)
     gap = (span[:, None] * bs + offsets).flatten()[None, :] - offsets[:, None]
-    band = (gap >= -back) & (gap <= fwd)  # (block, K·block)
-
-    def mask(i: Tensor, j: Tensor) -> Tensor:
-        return F.pad(band, (0, j.shape[-1] - band.shape[-1]))
-
-    return index, valid, mask
+    return index, valid, (gap >= -back) & (gap <= fwd)  # band: (block, K·block)
 
 
 def _dilated(
@@ -232,14 +224,9 @@ def _dilated_window(
         pad = torch.zeros(b, length, dtype=torch.bool, device=q.device)
     pad_r = _to_residues(F.pad(pad, (0, seg * d - length), value=True), d)
     q_r, k_r, v_r = (_to_residues(F.pad(x, (0, 0, 0, seg * d - length)), d) for x in (q, k, v))
-    outside = torch.zeros(seg * d, dtype=torch.bool, device=q.device)
-    if gk is not None:  # the global keys are counted in their own part
-        outside[(gk % d) * seg + gk // d] = True  # position t·d + r sits at r·seg + t
+    if gk is not None:  # the global keys are counted in their own part: padding here
+        pad_r = pad_r.index_fill(1, (gk % d) * seg + gk // d, True)  # t·d + r is at r·seg + t
     index, valid, band = _band_table(seg * d // bs, bs, back, fwd, seg // bs, q.device)
-
-    def window(i: Tensor, j: Tensor) -> Tensor:
-        return band(i, j) & ~outside[j.clamp(max=seg * d - 1)]
-
     out, lse = block_sparse_attention(
         q_r,
         k_r,
@@ -247,7 +234,7 @@ def _dilated_window(
         index,
         block_size=bs,
         block_valid=valid,
-        token_mask=window if gk is not None else band,
+        token_mask=band,
         key_padding_mask=pad_r,
         scale=scale,
         return_lse=True,

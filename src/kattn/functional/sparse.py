@@ -17,7 +17,7 @@ by each query block.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, overload
+from typing import Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +37,10 @@ __all__ = [
 TokenMaskFn = Callable[[Tensor, Tensor], Tensor]
 
 #: score elements computed at once (the query blocks are processed in chunks of this size).
-_CHUNK_ELEMENTS = 1 << 24
+_CHUNK_ELEMENTS = 1 << 20
+
+#: the logit of a disallowed key: exp(−1e30 − max) is 0 in fp32 and fp64, with no −∞ − −∞.
+_MASKED = -1e30
 
 
 def sparse_attention_reference(
@@ -191,9 +194,9 @@ def block_sparse_attention(
         if key_padding_mask is not None:
             pad = key_padding_mask[:, None, :, None]
             k_, v_ = k_.masked_fill(pad, 0.0), v_.masked_fill(pad, 0.0)
-        qb = F.pad(q_, (0, 0, 0, n_q * bs - lq)).reshape(b, h, n_q, bs, d)
-        kb = F.pad(k_, (0, 0, 0, n_k * bs - lk)).reshape(b * h * n_k, bs, d)
-        vb = F.pad(v_, (0, 0, 0, n_k * bs - lk)).reshape(b * h * n_k, bs, dv)
+        qb = _pad_length(q_, n_q * bs).reshape(b, h, n_q, bs, d)
+        kb = _pad_length(k_, n_k * bs).reshape(b * h * n_k, bs, d)
+        vb = _pad_length(v_, n_k * bs).reshape(b * h * n_k, bs, dv)
         key_ok = None
         if key_padding_mask is not None:  # (B·nK, block): True where a key is real
             key_ok = F.pad(~key_padding_mask, (0, n_k * bs - lk)).reshape(b * n_k, bs)
@@ -211,13 +214,13 @@ def block_sparse_attention(
                 kflat = (torch.arange(b, device=q.device).view(b, 1, 1, 1) * n_k + ic).reshape(-1)
                 ok = key_ok.index_select(0, kflat).view(b, h, c1 - c0, 1, kmax * bs)
                 allowed = allowed & ok
-            logits = torch.einsum("bhnid,bhnjd->bhnij", qb[:, :, c0:c1], kg) * scale
-            weights, lse = _masked_softmax(logits, allowed, with_lse=True)
-            outs.append(weights @ vg)
+            out_c, lse = _block_softmax(qb[:, :, c0:c1], kg, vg, allowed, scale, return_lse)
+            outs.append(out_c)
             lses.append(lse)
         out = torch.cat(outs, dim=2).view(b, h, n_q * bs, dv)[:, :, :lq]
     if return_lse:
-        return out.to(q.dtype), torch.cat(lses, dim=2).reshape(b, h, n_q * bs)[:, :, :lq]
+        lse_all = torch.cat(lses, dim=2)  # type: ignore[arg-type]
+        return out.to(q.dtype), lse_all.reshape(b, h, n_q * bs)[:, :, :lq]
     return out.to(q.dtype)
 
 
@@ -251,20 +254,35 @@ def block_pattern_to_dense(
     return (dense > 0).view(bi, hi, n_q * bs, n_k * bs)[:, :, :lq, :lk]
 
 
-def _masked_softmax(logits: Tensor, allowed: Tensor, *, with_lse: bool = False) -> Any:
+def _block_softmax(
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, with_lse: bool
+) -> tuple[Tensor, Tensor | None]:
+    """Masked softmax attention of a chunk of query blocks ``q (…, block, D)`` over their
+    gathered keys ``k (…, K·block, D)`` and values: the output (zeros on rows with nothing
+    allowed) and, with ``with_lse``, the log-sum-exp of the allowed logits (−∞ on empty rows).
+
+    Written as three large kernels (a batched matmul whose scores are scaled and masked in
+    place, one softmax, a batched matmul) rather than a pass per step: the masked entries get
+    a large negative finite logit (so a row with nothing allowed stays finite, and is zeroed
+    afterwards), and masked_fill also replaces a NaN or inf score of a disallowed key."""
+    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).masked_fill_(~allowed, _MASKED)
+    seen = allowed.any(dim=-1, keepdim=True)
+    out = (torch.softmax(scores, dim=-1) @ v) * seen
+    if not with_lse:
+        return out, None
+    lse = torch.logsumexp(scores, dim=-1).masked_fill(~seen.squeeze(-1), float("-inf"))
+    return out, lse
+
+
+def _masked_softmax(logits: Tensor, allowed: Tensor) -> Tensor:
     """Softmax over the last dim of the allowed entries, max-subtracted; rows with nothing
-    allowed give zero weights (and zero, finite gradients). With ``with_lse`` also the
-    log-sum-exp of the allowed logits over the last dim (−∞ on empty rows)."""
+    allowed give zero weights (and zero, finite gradients)."""
     logits = logits.masked_fill(~allowed, float("-inf"))
     top = logits.detach().amax(dim=-1, keepdim=True)
     top = torch.where(torch.isfinite(top), top, 0.0)
     weights = torch.exp(logits - top)  # exp(−∞) = 0 on disallowed entries
     den = weights.sum(dim=-1, keepdim=True)
-    probs = weights / torch.where(den > 0, den, 1.0)
-    if not with_lse:
-        return probs
-    lse = top + torch.log(torch.where(den > 0, den, 1.0))  # no 1/0 in the backward
-    return probs, torch.where(den > 0, lse, float("-inf")).squeeze(-1)
+    return weights / torch.where(den > 0, den, 1.0)
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:
@@ -288,6 +306,11 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None)
             f"key_padding_mask must be a (B, Lk) = {(q.shape[0], k.shape[2])} bool tensor, "
             f"got shape {tuple(key_padding_mask.shape)} and dtype {key_padding_mask.dtype}"
         )
+
+
+def _pad_length(x: Tensor, length: int) -> Tensor:
+    """``x (B, H, L, ·)`` zero-padded to ``length`` positions (x itself when L == length)."""
+    return x if x.shape[2] == length else F.pad(x, (0, 0, 0, length - x.shape[2]))
 
 
 def _block_table(
@@ -314,11 +337,12 @@ def _block_table(
         if block_valid.dtype != torch.bool:
             raise ValueError(f"block_valid must be a bool tensor, got dtype {block_valid.dtype}")
         valid = block_valid
-    try:
-        shape = torch.broadcast_shapes(idx.shape, valid.shape, target)
+    try:  # broadcast only as far as the table varies: B and H stay 1 when it does not
+        shape = torch.broadcast_shapes(idx.shape, valid.shape)
+        fits = torch.broadcast_shapes(shape, target) == torch.Size(target)
     except RuntimeError:
-        shape = None
-    if shape is None or shape[2] != n_q or shape[3] != idx.shape[3] or len(shape) != 4:
+        shape, fits = None, False
+    if shape is None or not fits or shape[2] != n_q or shape[3] != idx.shape[3] or len(shape) != 4:
         raise ValueError(
             f"block_index (shape {tuple(block_index.shape)}) and block_valid must be "
             f"broadcastable to (B, H, nQ, K) = {target}"

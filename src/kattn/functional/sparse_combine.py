@@ -95,7 +95,7 @@ def block_sparse_attention_with_globals(
     *,
     block_size: int,
     block_valid: Tensor | None = None,
-    token_mask: TokenMaskFn | None = None,
+    token_mask: Tensor | TokenMaskFn | None = None,
     global_keys: Tensor | None = None,
     global_queries: Tensor | None = None,
     causal: bool = False,
@@ -115,9 +115,9 @@ def block_sparse_attention_with_globals(
     Args:
         q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
         block_index, block_size, block_valid: the block pattern, as for the core.
-        token_mask: None or a callable ``token_mask(query_pos, key_pos)`` of absolute
-            positions (a tensor mask is not accepted here: the key slots of the global blocks
-            are appended to the gathered keys).
+        token_mask: the per-token mask of the block pattern, as for the core: a bool tensor
+            broadcastable to ``(B, H, nQ, block, K·block)`` or a callable of the absolute
+            positions (the columns of the global keys' extra blocks are added here).
         global_keys: 1-D integer positions in ``[0, Lk)`` that every query reads, or None.
         global_queries: 1-D integer positions in ``[0, Lq)`` that read every key, or None.
         causal: restricts the global reads to ``j ≤ i`` (the block pattern is as given).
@@ -127,11 +127,6 @@ def block_sparse_attention_with_globals(
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of q; a query that sees no real key gets zeros.
     """
-    if isinstance(token_mask, Tensor):
-        raise ValueError(
-            "token_mask must be a callable of (query_pos, key_pos) or None when global tokens "
-            "are used, got a tensor"
-        )
     bs = positive_int("block_size", block_size)
     lq, lk = q.shape[-2], k.shape[-2]
     gk = global_positions("global_keys", global_keys, lk)
@@ -180,14 +175,18 @@ def _with_global_keys(
     block_index: Tensor,
     bs: int,
     block_valid: Tensor | None,
-    token_mask: TokenMaskFn | None,
+    token_mask: Tensor | TokenMaskFn | None,
     gk: Tensor,
     causal: bool,
     key_padding_mask: Tensor | None,
     scale: float | None,
 ) -> Tensor:
     """The block pattern plus the global keys, gathered as extra key blocks after the
-    sequence's own (padded) blocks, on the core."""
+    sequence's own (padded) blocks, on the core.
+
+    A global key is read through its extra block only: in the sequence's own blocks it is
+    marked as padding, so no query counts it twice. The token mask of the extra blocks is
+    all True (non-causal) or ``g ≤ i`` (causal), appended to the pattern's own mask."""
     b, lk = k.shape[0], k.shape[2]
     gk = gk.to(k.device)
     n_k = -(-lk // bs)
@@ -200,38 +199,55 @@ def _with_global_keys(
         globals_ = F.pad(x.index_select(2, gk), (0, 0, 0, gpad))
         return torch.cat([body, globals_], dim=2)
 
-    pad = (
-        torch.zeros(b, lk, dtype=torch.bool, device=k.device)
-        if key_padding_mask is None
-        else key_padding_mask
-    )
+    pad = torch.zeros(b, lk, dtype=torch.bool, device=k.device)
+    if key_padding_mask is not None:
+        pad = key_padding_mask
+    body_pad = pad.index_fill(1, gk, True)  # global keys: read in their own blocks only
     pad_ext = torch.cat(
-        [F.pad(pad, (0, tail), value=True), F.pad(pad[:, gk], (0, gpad), value=True)], dim=1
+        [F.pad(body_pad, (0, tail), value=True), F.pad(pad[:, gk], (0, gpad), value=True)], dim=1
     )
     idx = block_index.long()
     idx = idx.view((1,) * (4 - idx.ndim) + tuple(idx.shape))
-    n_q = idx.shape[2]
+    n_q = -(-q.shape[2] // bs)
+    kmax = idx.shape[-1]
+    if idx.ndim != 4 or idx.shape[2] not in (1, n_q):
+        raise ValueError(
+            f"block_index must be broadcastable to (B, H, nQ, K) with nQ = {n_q}, got shape "
+            f"{tuple(block_index.shape)}"
+        )
     extra = torch.arange(n_k, n_k + n_g, device=idx.device).expand(*idx.shape[:2], n_q, n_g)
-    idx_ext = torch.cat([idx, extra], dim=-1)
+    idx_ext = torch.cat([idx.expand(*idx.shape[:2], n_q, kmax), extra], dim=-1)
     valid_ext = None
     if block_valid is not None:
         valid = block_valid.view((1,) * (4 - block_valid.ndim) + tuple(block_valid.shape))
-        valid = valid.expand(*torch.broadcast_shapes(valid.shape, idx.shape))
+        valid = valid.expand(*torch.broadcast_shapes(valid.shape, (*idx.shape[:2], n_q, kmax)))
         ones = torch.ones(*valid.shape[:3], n_g, dtype=torch.bool, device=valid.device)
         valid_ext = torch.cat([valid, ones], dim=-1)
-    is_global = torch.zeros(n_k * bs, dtype=torch.bool, device=k.device)
-    is_global[gk] = True
+    rows = torch.arange(n_q * bs, device=q.device).view(1, 1, n_q, bs, 1)
+    # the extra blocks' mask: (1, 1, nQ or 1, block, nG·block)
+    position = F.pad(gk, (0, gpad), value=n_q * bs)  # block padding: never read (and padded)
+    global_mask = (position <= rows) if causal else torch.ones_like(position, dtype=torch.bool)
+    if not causal:
+        global_mask = global_mask.view(1, 1, 1, 1, -1).expand(1, 1, 1, bs, -1)
     start = n_k * bs
+    mask: Tensor | TokenMaskFn
+    if token_mask is None:
+        token_mask = torch.ones(1, 1, 1, 1, kmax * bs, dtype=torch.bool, device=q.device)
+    if isinstance(token_mask, Tensor):
+        own = token_mask.view((1,) * (5 - token_mask.ndim) + tuple(token_mask.shape))
+        lead = torch.broadcast_shapes(own.shape[:3], global_mask.shape[:3])
+        own = own.expand(*lead, bs, kmax * bs)
+        mask = torch.cat([own, global_mask.expand(*lead, bs, -1)], dim=-1)
+    else:
+        user = token_mask
 
-    def mask(i: Tensor, j: Tensor) -> Tensor:
-        in_globals = j >= start
-        own = ~in_globals & ~is_global[j.clamp(max=start - 1)]
-        if token_mask is not None:
-            own = own & token_mask(i, j)
-        if not causal:
-            return own | in_globals
-        position = gk[(j - start).clamp(0, gk.numel() - 1)]
-        return own | (in_globals & (position <= i))
+        def mask(i: Tensor, j: Tensor) -> Tensor:
+            in_globals = j >= start
+            own = ~in_globals & user(i, j)
+            slot = (j - start).clamp(0, n_g * bs - 1)
+            if not causal:
+                return own | in_globals
+            return own | (in_globals & (position[slot] <= i))
 
     return block_sparse_attention(
         q,
