@@ -94,9 +94,10 @@ def write_patterns(
     length: int = 256,
     causal: bool = False,
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    tag: str = "",
 ) -> list[PatternSummary]:
     """Build each mechanism with its ``options[name]``, summarise its pattern at ``length``
-    and, with ``out_dir``, draw it to ``out_dir/<name>[-causal].png``."""
+    and, with ``out_dir``, draw it to ``out_dir/<name>[-causal][-tag].png``."""
     summaries = []
     for name in names:
         opts = dict((options or {}).get(name, {}))
@@ -104,7 +105,7 @@ def write_patterns(
         keys = allowed.sum(dim=-1)
         image = None
         if out_dir is not None:
-            stem = f"{name}-causal" if causal else name
+            stem = "-".join([name] + (["causal"] if causal else []) + ([tag] if tag else []))
             shown = ", ".join(f"{k}={v}" for k, v in opts.items())
             title = f"{name}, L={length}" + (", causal" if causal else "")
             written = draw_pattern(allowed, out_dir / f"{stem}.png", f"{title}\n{shown}".strip())

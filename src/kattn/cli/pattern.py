@@ -36,6 +36,12 @@ def add_pattern_parser(sub: argparse._SubParsersAction) -> None:
         "for NAME, e.g. block_size=16 or bigbird:num_random_blocks=2 (repeatable)",
     )
     p.add_argument("--out", type=Path, help="folder for the PNGs (default: summary only)")
+    p.add_argument(
+        "--tag",
+        default="",
+        help="appended to each PNG's name, to keep several option sets apart: "
+        "<mechanism>[-causal][-TAG].png",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_pattern)
 
@@ -44,7 +50,7 @@ def cmd_pattern(args: argparse.Namespace) -> int:
     names = args.mechanisms or pattern_mechanisms()
     options = _options(names, args.option)
     summaries = write_patterns(
-        names, args.out, length=args.length, causal=args.causal, options=options
+        names, args.out, length=args.length, causal=args.causal, options=options, tag=args.tag
     )
     if args.json:
         print(json.dumps([s.__dict__ for s in summaries], indent=2))
