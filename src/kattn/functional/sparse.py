@@ -194,7 +194,7 @@ def block_sparse_attention(
         if key_padding_mask is not None:
             pad = key_padding_mask[:, None, :, None]
             k_, v_ = k_.masked_fill(pad, 0.0), v_.masked_fill(pad, 0.0)
-        qb = _pad_length(q_, n_q * bs).reshape(b, h, n_q, bs, d)
+        qb = _pad_length(q_ * scale, n_q * bs).reshape(b, h, n_q, bs, d)  # scaled once
         kb = _pad_length(k_, n_k * bs).reshape(b * h * n_k, bs, d)
         vb = _pad_length(v_, n_k * bs).reshape(b * h * n_k, bs, dv)
         key_ok = None
@@ -214,7 +214,7 @@ def block_sparse_attention(
                 kflat = (torch.arange(b, device=q.device).view(b, 1, 1, 1) * n_k + ic).reshape(-1)
                 ok = key_ok.index_select(0, kflat).view(b, h, c1 - c0, 1, kmax * bs)
                 allowed = allowed & ok
-            out_c, lse = _block_softmax(qb[:, :, c0:c1], kg, vg, allowed, scale, return_lse)
+            out_c, lse = _block_softmax(qb[:, :, c0:c1], kg, vg, allowed, return_lse)
             outs.append(out_c)
             lses.append(lse)
         out = torch.cat(outs, dim=2).view(b, h, n_q * bs, dv)[:, :, :lq]
@@ -255,17 +255,18 @@ def block_pattern_to_dense(
 
 
 def _block_softmax(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float, with_lse: bool
+    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, with_lse: bool
 ) -> tuple[Tensor, Tensor | None]:
-    """Masked softmax attention of a chunk of query blocks ``q (…, block, D)`` over their
+    """Masked softmax attention of a chunk of query blocks ``q (…, block, D)`` (already
+    multiplied by the logit scale, which costs L·D rather than L·K·block) over their
     gathered keys ``k (…, K·block, D)`` and values: the output (zeros on rows with nothing
     allowed) and, with ``with_lse``, the log-sum-exp of the allowed logits (−∞ on empty rows).
 
-    Written as three large kernels (a batched matmul whose scores are scaled and masked in
-    place, one softmax, a batched matmul) rather than a pass per step: the masked entries get
+    Written as three large kernels (a batched matmul whose scores are masked in place, one
+    softmax, a batched matmul) rather than a pass per step: the masked entries get
     a large negative finite logit (so a row with nothing allowed stays finite, and is zeroed
     afterwards), and masked_fill also replaces a NaN or inf score of a disallowed key."""
-    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale).masked_fill_(~allowed, _MASKED)
+    scores = torch.matmul(q, k.transpose(-1, -2)).masked_fill_(~allowed, _MASKED)
     seen = allowed.any(dim=-1, keepdim=True)
     out = (torch.softmax(scores, dim=-1) @ v) * seen
     if not with_lse:
