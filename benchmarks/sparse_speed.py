@@ -241,7 +241,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", default="1024,4096,16384,65536")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds, L ≤ 4096")
-    parser.add_argument("--long-rounds", type=int, default=5, help="rounds for L > 4096")
+    parser.add_argument("--long-rounds", type=int, default=3, help="rounds for L > 4096")
     parser.add_argument("--seconds", type=float, default=0.3, help="per candidate per round")
     parser.add_argument(
         "--memory-cap-gb",
@@ -260,6 +260,12 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="folder with lucidrains' local-attention (prepended to sys.path)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: torch's own, one per core)",
+    )
     parser.add_argument("--quick", action="store_true", help="short lengths, 2 short rounds")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -270,6 +276,8 @@ def parse_args() -> argparse.Namespace:
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.decode_contexts = [int(x) for x in args.decode_contexts.split(",")]
     args.side_lengths = [int(x) for x in args.side_lengths.split(",")]
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     if args.local_attention_path is not None:
         sys.path.insert(0, str(args.local_attention_path))
     return args

@@ -127,7 +127,7 @@ def render(report: dict) -> str:
     lines = [
         "# Structured-sparse attention against dense softmax on the CPU",
         "",
-        f"{info['processor']}, {info['torch_threads']} threads; torch {info['torch']}, kattn "
+        f"{info['processor']}, {_threads(info)}; torch {info['torch']}, kattn "
         f"{info['kattn']}, Python {info['python']}. Load average (1 min) "
         f"{report['load_average']['start'][0]:.2f} at the start, "
         f"{report['load_average']['end'][0]:.2f} at the end (a shared machine: medians).",
@@ -160,6 +160,19 @@ def render(report: dict) -> str:
     ]
     lines += [f"- {note}" for note in report["notes"]] or ["- every row ran at every length."]
     return "\n".join([*lines, ""])
+
+
+def _threads(info: dict) -> str:
+    """The torch thread count, and why when it is below the core count (``--threads``)."""
+    threads, cores = info["torch_threads"], info["cpu_count"]
+    if threads >= cores:
+        return f"{threads} threads"
+    return (
+        f"{threads} torch thread{'s' if threads > 1 else ''} of {cores} cores (`--threads`: on "
+        "a machine shared with other jobs, multi-threaded runs of many small kernels stall at "
+        "every parallel region while a thread waits to be scheduled, and the sparse rows "
+        "would time the scheduler; every row runs with the same threads)"
+    )
 
 
 def _bound_lines(report: dict) -> list[str]:
