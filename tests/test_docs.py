@@ -23,6 +23,7 @@ INTERNAL_PAPER_NAME = re.compile(r"\bseed[ -]?00\d", re.IGNORECASE)
         "feedforward-kernels.md",
         "simpletron.md",
         "language-modelling.md",
+        "sparse.md",
     ],
 )
 def test_doc_examples_run(page):
