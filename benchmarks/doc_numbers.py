@@ -52,7 +52,7 @@ from doc_numbers_parts.quotes import QUOTES
 from doc_numbers_parts.sources import ROOT, cited_as, load
 
 #: pages whose numbers are not tied to result files yet (each to move to PAGES, with its quotes)
-NOT_YET_CHECKED: tuple[str, ...] = ()
+NOT_YET_CHECKED: tuple[str, ...] = ("docs/sparse.md",)
 #: the pages checked: README.md and every page of docs/ but those above
 PAGES = (
     "README.md",
