@@ -51,8 +51,8 @@ class BigBirdAttention(Attention):
     neighbouring blocks ``n − w … n + w``, ``num_random_blocks`` random blocks (per head and
     query block, drawn without replacement among the blocks it does not already read) and
     the ``num_global`` global tokens, which read every key and are read by every query
-    (:mod:`kattn.functional.bigbird`: key blocks gathered as on the block-sparse core, one
-    fused softmax per query block). O(L·(W + R)·b·D + G·L·D) time, O(L·(W + R + G/b)·b)
+    (:mod:`kattn.functional.bigbird`: a block table and global tokens on the block-sparse
+    core). O(L·(W + R)·b·D + G·L·D) time, O(L·(W + R + G/b)·b)
     memory; short sequences, where the pattern would cover every block, get full attention.
 
     Defaults, from the paper's runs (App. E.1, Table 8, BigBird-ITC: block 64, global tokens

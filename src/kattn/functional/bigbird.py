@@ -17,17 +17,15 @@ with ``j ≤ i`` inside block n, random blocks drawn among the blocks before the
 when there are fewer), a global key g read by the queries ``i ≥ g`` and a global query g
 reading the keys ``j ≤ g``.
 
-:func:`bigbird_layout` draws the pattern and the plan of the keys each query block gathers
-(:class:`BigBirdLayout`); :func:`bigbird_attention` computes attention over it in
+:func:`bigbird_layout` draws the pattern (:class:`BigBirdLayout`); :func:`bigbird_attention`
+computes attention over it as a pattern on the block-sparse core,
+:func:`~kattn.functional.sparse_combine.block_sparse_attention_with_globals`: the window and
+random blocks are the block table, the global tokens its global keys and queries, in
 O(L·(W + R)·b·D + G·L·D) time and O(L·(W + R + G/b)·b) memory; :func:`bigbird_pattern`
-writes the pattern densely for the reference. The key blocks are gathered as in
-:func:`~kattn.functional.sparse.block_sparse_attention`, but each query block's masked
-softmax is one fused ``scaled_dot_product_attention`` call: the core's masked softmax makes
-about eight passes over the ``(L, K·b)`` scores, which kept this pattern under 2× the speed
-of dense SDPA at L = 16K on a CPU, against about 6× fused.
+writes the pattern densely for the reference.
 
 Shapes: B batch, H heads, L length (Lq == Lk), D query/key dim, Dv value dim, b block size,
-nB = ⌈L/b⌉ blocks, W window blocks, R random blocks, K = W + R + ⌈G/b⌉, G global tokens.
+nB = ⌈L/b⌉ blocks, W window blocks, R random blocks, K = W + R, G global tokens.
 """
 
 from __future__ import annotations
@@ -35,13 +33,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..checks import int_at_least, positive_int
-from .numerics import accumulation_dtype, autocast_off
-from .sparse import block_pattern_to_dense, sparse_attention_reference
-from .sparse_combine import add_global_tokens
+from .sparse import TokenMaskFn, block_pattern_to_dense, sparse_attention_reference
+from .sparse_combine import add_global_tokens, block_sparse_attention_with_globals
 
 __all__ = [
     "BigBirdLayout",
@@ -67,13 +63,6 @@ class BigBirdLayout(NamedTuple):
         block_size: b.
         causal: whether this is the causal form.
         full: whether the pattern degenerated to full (or full causal) attention.
-        gather_index: ``(H, nB, K)`` int64, the blocks each query block gathers: its window
-            and random blocks (0 for unused slots), then the ⌈G/b⌉ blocks of global tokens,
-            numbered from nB on (they follow the sequence's blocks).
-        key_positions: ``(H, nB, K·b)`` int64, the position of each gathered key (clamped
-            into ``[0, L)`` where the slot is unused).
-        key_allowed: ``(H, nB, K·b)`` bool, whether a gathered key counts: a used slot, a
-            real position, and a global token only in the global blocks (so it counts once).
     """
 
     window_index: Tensor
@@ -85,9 +74,6 @@ class BigBirdLayout(NamedTuple):
     block_size: int
     causal: bool
     full: bool
-    gather_index: Tensor
-    key_positions: Tensor
-    key_allowed: Tensor
 
 
 def bigbird_global_positions(length: int, num_global: int) -> Tensor | None:
@@ -152,53 +138,16 @@ def bigbird_layout(
             stop = torch.full_like(n, end)
             cut_lo, cut_hi = (n - w).clamp(first, end), (n + w + 1).clamp(first, end)
         index, valid = _random_blocks(first, cut_lo, cut_hi, stop, r, num_heads, generator)
-    return _with_plan(window, index, valid, glob, length, bs, device, causal=causal, full=full)
-
-
-def _with_plan(
-    window: Tensor,
-    random: Tensor,
-    random_valid: Tensor,
-    glob: Tensor | None,
-    length: int,
-    bs: int,
-    device: torch.device | str | None,
-    *,
-    causal: bool,
-    full: bool,
-) -> BigBirdLayout:
-    """The layout of these blocks with its gather plan (:class:`BigBirdLayout`)."""
-    heads, n_blocks = random.shape[0], window.shape[0]
-    window_valid = (window >= 0) & (window < n_blocks)
-    index = torch.cat([window.expand(heads, *window.shape), random], dim=-1)
-    valid = torch.cat([window_valid.expand(heads, *window.shape), random_valid], dim=-1)
-    pos = index[..., None] * bs + torch.arange(bs)  # (H, nB, K, b)
-    ok = valid[..., None] & (pos >= 0) & (pos < length)
-    index = torch.where(valid, index, 0)
-    if glob is not None:  # a global token counts through the global blocks only
-        is_global = torch.zeros(length, dtype=torch.bool)
-        is_global[glob] = True
-        ok = ok & ~is_global[pos.clamp(0, length - 1)]
-        n_gb = -(-glob.numel() // bs)
-        slot = torch.arange(n_gb * bs).view(n_gb, bs)
-        g_pos = glob[slot.clamp(max=glob.numel() - 1)].expand(heads, n_blocks, n_gb, bs)
-        g_ok = (slot < glob.numel()).expand_as(g_pos)
-        pos, ok = torch.cat([pos, g_pos], dim=2), torch.cat([ok, g_ok], dim=2)
-        extra = torch.arange(n_blocks, n_blocks + n_gb).expand(heads, n_blocks, n_gb)
-        index = torch.cat([index, extra], dim=-1)
     return BigBirdLayout(
         window.to(device),
-        window_valid.to(device),
-        random.to(device),
-        random_valid.to(device),
+        ((window >= 0) & (window < n_blocks)).to(device),
+        index.to(device),
+        valid.to(device),
         None if glob is None else glob.to(device),
         length,
         bs,
         causal,
         full,
-        index.to(device),
-        pos.flatten(2).clamp(0, length - 1).to(device),
-        ok.flatten(2).to(device),
     )
 
 
@@ -213,12 +162,16 @@ def bigbird_attention(
 ) -> Tensor:
     """Softmax attention over the BigBird pattern ``layout`` (window, random and global keys;
     module docstring), in O(L·(W + R)·b·(D + Dv) + G·L·(D + Dv)) time and
-    O(L·(W + R + G/b)·b) memory (times b when causal, for the per-token mask).
+    O(L·(W + R + G/b)·b) memory.
 
-    Each query block's keys and values (window, random, then the global tokens gathered
-    into extra blocks; a global token inside a block counts through the global blocks only)
-    are gathered into ``(B, H·nB, K·b, ·)`` and read by one fused softmax; the global query
-    rows read every key in a second, ``(G, L)`` call. Half precision is computed in fp32.
+    A pattern on the block-sparse core
+    (:func:`~kattn.functional.sparse_combine.block_sparse_attention_with_globals`): the block
+    table holds each query block's window blocks, then its random blocks (``(H, nB, W + R)``,
+    slots outside the sequence or not drawn marked not valid), and the global tokens are its
+    global keys and queries (a global token inside a window block counts once). Causal: one
+    ``(b, (W + R)·b)`` token mask serves every query block, since the window blocks
+    ``n − w … n`` come first in every row (``j ≤ i`` inside the last, block n) and the random
+    blocks lie before the window. Half precision is computed in fp32.
 
     Args:
         q, k: ``(B, H, L, D)``; v: ``(B, H, L, Dv)``, L = ``layout.length``.
@@ -235,35 +188,31 @@ def bigbird_attention(
         return sparse_attention_reference(
             q, k, v, ones, key_padding_mask=key_padding_mask, scale=scale
         )
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    pad = key_padding_mask
+    index, valid = _block_table(layout)
     glob = layout.global_positions
-    glob = None if glob is None else glob.to(q.device)
-    acc = accumulation_dtype(q.dtype)
-    with autocast_off(q):
-        q_, k_, v_ = q.to(acc), k.to(acc), v.to(acc)
-        if pad is not None:  # zeroed: not even a NaN stored there gets through
-            k_ = k_.masked_fill(pad[:, None, :, None], 0.0)
-            v_ = v_.masked_fill(pad[:, None, :, None], 0.0)
-        out = _block_rows(q_, k_, v_, layout, glob, pad, scale)
-        if glob is not None:  # global query g reads every key (j ≤ g when causal)
-            j = torch.arange(layout.length, device=q.device)
-            seen = (j <= glob[:, None]) if layout.causal else None  # (G, L)
-            if pad is not None:
-                seen = ~pad[:, None, None, :] if seen is None else seen & ~pad[:, None, None, :]
-            rows = _fused_softmax(q_.index_select(2, glob), k_, v_, seen, scale, pad is not None)
-            out = out.index_copy(2, glob, rows)
-    return out.to(q.dtype)
+    return block_sparse_attention_with_globals(
+        q,
+        k,
+        v,
+        index.to(q.device),
+        block_size=layout.block_size,
+        block_valid=valid.to(q.device),
+        token_mask=_token_mask(layout, q.device),
+        global_keys=glob,
+        global_queries=glob,
+        causal=layout.causal,
+        key_padding_mask=key_padding_mask,
+        scale=scale,
+    )
 
 
 def bigbird_pattern(layout: BigBirdLayout) -> Tensor:
     """The dense pattern ``allowed (H, L, L)`` (bool) of ``layout`` from its window and random
-    blocks and global tokens alone (not the gather plan): what :func:`bigbird_attention`
-    computes, for the dense reference and plots. O(H·L²) memory."""
-    shape = (layout.random_index.shape[0], *layout.window_index.shape)
-    index = torch.cat([layout.window_index.expand(shape), layout.random_index], dim=-1)
-    valid = torch.cat([layout.window_valid.expand(shape), layout.random_valid], dim=-1)
-    mask = (lambda i, j: j <= i) if layout.causal else None
+    blocks and global tokens, with the causal cut written per token (``j ≤ i``), not as
+    :func:`bigbird_attention`'s shared token mask: what it computes, for the dense reference
+    and plots. O(H·L²) memory."""
+    index, valid = _block_table(layout)
+    mask = _causal if layout.causal else None
     length = layout.length
     dense = block_pattern_to_dense(index, valid, mask, length, length, layout.block_size)[0]
     glob = layout.global_positions
@@ -311,62 +260,36 @@ def _random_blocks(
     return torch.where(valid, blocks, 0), valid
 
 
-def _block_rows(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    layout: BigBirdLayout,
-    glob: Tensor | None,
-    pad: Tensor | None,
-    scale: float,
-) -> Tensor:
-    """Every query over its window, random and global keys, ``(B, H, L, Dv)``: the layout's
-    blocks gathered per query block into ``(B, H·nB, K·b, ·)``, one fused softmax over them."""
-    b, h, length, d = q.shape
-    bs, n_blocks = layout.block_size, layout.window_index.shape[0]
-    index = layout.gather_index.to(q.device)
-    pos = layout.key_positions.to(q.device)
-    allowed = layout.key_allowed.to(q.device)  # (H, nB, K·b)
-    if pad is not None:
-        allowed = allowed & ~pad[:, pos]  # (B, H, nB, K·b)
-    allowed = allowed.reshape(-1, h * n_blocks, 1, pos.shape[-1])
-    if layout.causal:  # (1, H·nB, b, K·b): key j ≤ query i
-        query_pos = torch.arange(n_blocks * bs, device=q.device).view(n_blocks, bs, 1)
-        allowed = allowed & (pos[:, :, None, :] <= query_pos).flatten(0, 1)
-    n_all = n_blocks + (0 if glob is None else -(-glob.numel() // bs))
-    flat = (torch.arange(b * h, device=q.device).view(b, h, 1, 1) * n_all + index).reshape(-1)
-    shape = (b, h * n_blocks, pos.shape[-1], -1)
-    kg = _blocks(k, glob, n_all, bs).index_select(0, flat).view(shape)
-    vg = _blocks(v, glob, n_all, bs).index_select(0, flat).view(shape)
-    qb = F.pad(q, (0, 0, 0, n_blocks * bs - length)).view(b, h * n_blocks, bs, d)
-    out = _fused_softmax(qb, kg, vg, allowed, scale, pad is not None)
-    return out.view(b, h, n_blocks * bs, -1)[:, :, :length]
+def _block_table(layout: BigBirdLayout) -> tuple[Tensor, Tensor]:
+    """The block table ``(H, nB, W + R)`` of the layout and its valid slots: each query
+    block's window blocks, then its random blocks."""
+    shape = (layout.random_index.shape[0], *layout.window_index.shape)
+    index = torch.cat([layout.window_index.expand(shape), layout.random_index], dim=-1)
+    valid = torch.cat([layout.window_valid.expand(shape), layout.random_valid], dim=-1)
+    return index, valid
 
 
-def _blocks(x: Tensor, glob: Tensor | None, n_all: int, bs: int) -> Tensor:
-    """``(B·H·n_all, b, ·)``: the sequence's blocks (the last one zero-padded), then the
-    global tokens' blocks."""
-    b, h, length, dim = x.shape
-    ext = x.new_zeros(b, h, n_all * bs, dim)
-    ext[:, :, :length] = x
-    if glob is not None:
-        start = -(-length // bs) * bs
-        ext[:, :, start : start + glob.numel()] = x.index_select(2, glob)
-    return ext.view(b * h * n_all, bs, dim)
+def _causal(query_pos: Tensor, key_pos: Tensor) -> Tensor:
+    """The causal cut ``j ≤ i`` of absolute positions."""
+    return key_pos <= query_pos
 
 
-def _fused_softmax(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor | None, scale: float, guard: bool
-) -> Tensor:
-    """``softmax(q kᵀ · scale, masked to allowed) v`` by ``scaled_dot_product_attention``.
-    With ``guard`` (padding may leave a row nothing to read), such a row reads key 0 instead
-    and its output is zeroed, so that neither the output nor the gradients see a 0/0."""
-    if not guard or allowed is None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale)
-    empty = ~allowed.any(dim=-1, keepdim=True)
-    first = torch.arange(allowed.shape[-1], device=allowed.device) == 0
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | (empty & first), scale=scale)
-    return out.masked_fill(empty, 0.0)
+def _token_mask(layout: BigBirdLayout, device: torch.device) -> Tensor | TokenMaskFn | None:
+    """None (non-causal); ``j ≤ i`` for full causal attention; otherwise one bool
+    ``(b, (W + R)·b)`` mask for every query block: window slot w is the query's own block
+    (key offset ≤ query offset), the earlier window slots and the random slots all precede it.
+    """
+    if not layout.causal:
+        return None
+    if layout.full:
+        return _causal
+    bs, w = layout.block_size, layout.window_index.shape[1] - 1
+    slots = w + 1 + layout.random_index.shape[2]
+    offset = torch.arange(bs, device=device)
+    own = offset[None, :] <= offset[:, None]  # (b, b): key offset ≤ query offset
+    mask = torch.ones(bs, slots, bs, dtype=torch.bool, device=device)
+    mask[:, w] = own
+    return mask.view(bs, slots * bs)
 
 
 def _check_layout(
