@@ -90,17 +90,14 @@ from .softmax import (
     softmax_prefill,
     softmax_step,
 )
-from .sparse import (
-    block_pattern_to_dense,
-    block_sparse_attention,
-    sparse_attention_reference,
-)
+from .sparse import block_sparse_attention, sparse_attention_reference
 from .sparse_combine import (
     add_global_tokens,
     block_sparse_attention_with_globals,
     global_positions,
     merge_partial_attention,
 )
+from .sparse_pattern import block_pattern_to_dense
 from .sparse_transformer import (
     sparse_transformer_attention,
     sparse_transformer_attention_reference,

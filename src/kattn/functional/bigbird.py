@@ -36,8 +36,9 @@ import torch
 from torch import Tensor
 
 from ..checks import int_at_least, positive_int
-from .sparse import TokenMaskFn, block_pattern_to_dense, sparse_attention_reference
+from .sparse import sparse_attention_reference
 from .sparse_combine import add_global_tokens, block_sparse_attention_with_globals
+from .sparse_pattern import TokenMaskFn, block_pattern_to_dense
 
 __all__ = [
     "BigBirdLayout",

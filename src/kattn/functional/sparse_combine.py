@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..checks import positive_int
-from .sparse import TokenMaskFn, block_sparse_attention, sparse_attention_reference
+from .sparse import block_sparse_attention, sparse_attention_reference
+from .sparse_pattern import TokenMaskFn
 
 __all__ = [
     "add_global_tokens",
