@@ -36,6 +36,7 @@ from .sparse_combine import (
     block_sparse_attention_with_globals,
     global_positions,
     merge_partial_attention,
+    with_global_queries,
 )
 
 __all__ = ["longformer_attention", "longformer_pattern"]
@@ -193,12 +194,7 @@ def _dilated(
     out = merge_partial_attention(
         [(out, lse), _global_keys_part(q, k, v, gk, causal, key_padding_mask, scale, bs)]
     )
-    j = torch.arange(q.shape[2], device=q.device)[None, :]
-    visible = (j <= gk[:, None]) if causal else torch.ones_like(j, dtype=torch.bool)
-    rows = sparse_attention_reference(
-        q.index_select(2, gk), k, v, visible, key_padding_mask=key_padding_mask, scale=scale
-    )
-    return out.index_copy(2, gk, rows)
+    return with_global_queries(out, q, k, v, gk, causal, key_padding_mask, scale)
 
 
 def _dilated_window(

@@ -150,23 +150,28 @@ def block_sparse_attention_with_globals(
         )
     if gq is None:
         return out
+    return with_global_queries(out, q, k, v, gq, causal, key_padding_mask, scale)
+
+
+def with_global_queries(
+    out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    global_queries: Tensor,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+    scale: float | None,
+) -> Tensor:
+    """``out`` with the rows of ``global_queries`` (1-D positions) replaced by attention over
+    every key (``j ≤ i`` when causal), computed densely in O(G'·Lk·(D + Dv))."""
+    gq = global_queries.to(q.device)
+    j = torch.arange(k.shape[2], device=q.device)[None, :]
+    visible = (j <= gq[:, None]) if causal else torch.ones_like(j, dtype=torch.bool)
     rows = sparse_attention_reference(
-        q.index_select(2, gq.to(q.device)),
-        k,
-        v,
-        _visible(gq.to(q.device), lk, causal),
-        key_padding_mask=key_padding_mask,
-        scale=scale,
+        q.index_select(2, gq), k, v, visible, key_padding_mask=key_padding_mask, scale=scale
     )
-    return out.index_copy(2, gq.to(q.device), rows)
-
-
-def _visible(rows: Tensor, lk: int, causal: bool) -> Tensor:
-    """Bool ``(len(rows), Lk)``: the keys a global query at each of ``rows`` reads."""
-    j = torch.arange(lk, device=rows.device)[None, :]
-    if causal:
-        return j <= rows[:, None]
-    return torch.ones(rows.numel(), lk, dtype=torch.bool, device=rows.device)
+    return out.index_copy(2, gq, rows)
 
 
 def _with_global_keys(
