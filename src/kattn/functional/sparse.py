@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ..checks import positive_int
 from .numerics import accumulation_dtype, autocast_off
+from .sparse_gather import gathered_softmax_attention
 from .sparse_pattern import (
     TokenMaskFn,
     checked_block_table,
@@ -37,10 +38,6 @@ __all__ = ["block_sparse_attention", "sparse_attention_reference"]
 
 #: score elements computed at once (the query blocks are processed in chunks of this size).
 _CHUNK_ELEMENTS = 1 << 20
-
-#: the logit of a disallowed key: exp(−1e30 − max) is 0 in fp32 and fp64, with no −∞ − −∞.
-_MASKED = -1e30
-
 
 def sparse_attention_reference(
     q: Tensor,
@@ -143,7 +140,9 @@ def block_sparse_attention(
     key blocks ``block_index[..., n, :]``: they are gathered into ``(B, H, nQ, K·block, ·)``,
     the scores ``(B, H, nQ, block, K·block)`` go through a masked, max-subtracted softmax (in
     fp32 for half inputs), and no ``(Lq, Lk)`` tensor is ever formed (query blocks are
-    processed in chunks). Autograd goes through the gather. This serves local/sliding-window
+    processed in chunks). The backward recomputes each chunk's softmax
+    (:mod:`~kattn.functional.sparse_gather`), so memory stays O(L·(D + Dv)) between forward
+    and backward and O(chunk) within them. This serves local/sliding-window
     attention, Longformer (Beltagy et al. 2020), BigBird (Zaheer et al. 2020) and the Sparse
     Transformer (Child et al. 2019); :func:`~kattn.functional.sparse_pattern.block_pattern_to_dense`
     gives the dense pattern.
@@ -163,7 +162,7 @@ def block_sparse_attention(
             ``(nQ, block, 1)`` and key_pos ``(B or 1, H or 1, nQ, 1, K·block)`` (int64),
             returning such a bool tensor; e.g. ``lambda i, j: j <= i`` for causal attention,
             ``lambda i, j: (i - j).abs() <= w`` for a window not aligned with the blocks.
-            A callable may be called once per chunk of query blocks.
+            A callable is called for each chunk of query blocks, again in the backward.
         key_padding_mask: ``(B, Lk)`` bool, True marks padding (zeroed, counted nowhere).
         scale: logit scale, default ``1/√D``.
         return_lse: also return ``lse_i = log Σ_{j ∈ S(i)} exp(q_i·k_j · scale)`` (−∞ for a
@@ -201,48 +200,24 @@ def block_sparse_attention(
         if key_padding_mask is not None:  # (B·nK, block): True where a key is real
             key_ok = F.pad(~key_padding_mask, (0, n_k * bs - lk)).reshape(b * n_k, bs)
         kmax = idx.shape[-1]
-        step = max(1, _CHUNK_ELEMENTS // (b * h * bs * kmax * bs))
-        outs, lses = [], []
-        for c0 in range(0, n_q, step):
-            c1 = min(n_q, c0 + step)
+        rows = torch.arange(b * h, device=q.device).view(b, h, 1, 1) * n_k
+        batch_rows = torch.arange(b, device=q.device).view(b, 1, 1, 1) * n_k
+
+        def chunk(c0: int, c1: int) -> tuple[Tensor, Tensor]:
             ic = idx[:, :, c0:c1].expand(b, h, c1 - c0, kmax)
-            flat = (torch.arange(b * h, device=q.device).view(b, h, 1, 1) * n_k + ic).reshape(-1)
-            kg = kb.index_select(0, flat).view(b, h, c1 - c0, kmax * bs, d)
-            vg = vb.index_select(0, flat).view(b, h, c1 - c0, kmax * bs, dv)
             allowed = chunk_allowed(idx, valid, token_mask, mask_t, c0, c1, bs, lk)
             if key_ok is not None:
-                kflat = (torch.arange(b, device=q.device).view(b, 1, 1, 1) * n_k + ic).reshape(-1)
-                ok = key_ok.index_select(0, kflat).view(b, h, c1 - c0, 1, kmax * bs)
-                allowed = allowed & ok
-            out_c, lse = _block_softmax(qb[:, :, c0:c1], kg, vg, allowed, return_lse)
-            outs.append(out_c)
-            lses.append(lse)
-        out = torch.cat(outs, dim=2).view(b, h, n_q * bs, dv)[:, :, :lq]
+                ok = key_ok.index_select(0, (batch_rows + ic).reshape(-1))
+                allowed = allowed & ok.view(b, h, c1 - c0, 1, kmax * bs)
+            return (rows + ic).reshape(-1), allowed
+
+        step = max(1, _CHUNK_ELEMENTS // (b * h * bs * kmax * bs))
+        chunks = [(c0, min(n_q, c0 + step)) for c0 in range(0, n_q, step)]
+        out_b, lse = gathered_softmax_attention(qb, kb, vb, chunks, chunk, kmax, return_lse)
+        out = out_b.view(b, h, n_q * bs, dv)[:, :, :lq]
     if return_lse:
-        lse_all = torch.cat(lses, dim=2)  # type: ignore[arg-type]
-        return out.to(q.dtype), lse_all.reshape(b, h, n_q * bs)[:, :, :lq]
+        return out.to(q.dtype), lse.reshape(b, h, n_q * bs)[:, :, :lq]
     return out.to(q.dtype)
-
-
-def _block_softmax(
-    q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, with_lse: bool
-) -> tuple[Tensor, Tensor | None]:
-    """Masked softmax attention of a chunk of query blocks ``q (…, block, D)`` (already
-    multiplied by the logit scale, which costs L·D rather than L·K·block) over their
-    gathered keys ``k (…, K·block, D)`` and values: the output (zeros on rows with nothing
-    allowed) and, with ``with_lse``, the log-sum-exp of the allowed logits (−∞ on empty rows).
-
-    Written as three large kernels (a batched matmul whose scores are masked in place, one
-    softmax, a batched matmul) rather than a pass per step: the masked entries get
-    a large negative finite logit (so a row with nothing allowed stays finite, and is zeroed
-    afterwards), and masked_fill also replaces a NaN or inf score of a disallowed key."""
-    scores = torch.matmul(q, k.transpose(-1, -2)).masked_fill_(~allowed, _MASKED)
-    seen = allowed.any(dim=-1, keepdim=True)
-    out = (torch.softmax(scores, dim=-1) @ v) * seen
-    if not with_lse:
-        return out, None
-    lse = torch.logsumexp(scores, dim=-1).masked_fill(~seen.squeeze(-1), float("-inf"))
-    return out, lse
 
 
 def _masked_softmax(logits: Tensor, allowed: Tensor) -> Tensor:
