@@ -39,6 +39,7 @@ __all__ = ["block_sparse_attention", "sparse_attention_reference"]
 #: score elements computed at once (the query blocks are processed in chunks of this size).
 _CHUNK_ELEMENTS = 1 << 20
 
+
 def sparse_attention_reference(
     q: Tensor,
     k: Tensor,

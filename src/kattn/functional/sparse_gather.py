@@ -66,7 +66,7 @@ def _scores(qc: Tensor, kg: Tensor, allowed: Tensor) -> Tensor:
 
 class _GatheredSoftmax(torch.autograd.Function):
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         qb: Tensor,
         kb: Tensor,
