@@ -237,9 +237,10 @@ def _expected_type(hint: Any, value: Any) -> str | None:
 class MechanismSpec:
     """What a registered mechanism is and can do (the flags of its default options).
 
-    ``approximates``: the exact attention its default form estimates (a name of
-    ``kattn.bench.mechanism_error.EXACT_REFERENCES``), None where it is exact or estimates no
-    exact attention; ``size_option``: the option that sets its size (features, landmarks,
+    ``approximates``: the exact attention its default form estimates, or for a mechanism that
+    is exact over a restricted pattern (local windows, block-sparse patterns), the full
+    attention it stands in for (a name of ``kattn.bench.mechanism_error.EXACT_REFERENCES``);
+    None where it is that attention itself or estimates none; ``size_option``: the option that sets its size (features, landmarks,
     projection), None if it has none; ``colour``: its colour in plots."""
 
     name: str
@@ -299,8 +300,10 @@ def register_mechanism(
         complexity: time and memory in the shape legend (L, M, D, Dv, ...).
         defaults: the preset options the name fixes.
         approximates: the exact attention the default form estimates (a name of
-            ``kattn.bench.mechanism_error.EXACT_REFERENCES``, e.g. ``"softmax"``); None if
-            the mechanism is exact or estimates no exact attention.
+            ``kattn.bench.mechanism_error.EXACT_REFERENCES``, e.g. ``"softmax"``), or the
+            full attention that a mechanism exact over a restricted pattern (a ``pattern()``
+            method) stands in for; None if the mechanism is that attention itself or
+            estimates none.
         size_option: the option setting its size (``num_features``, ``num_landmarks``, ...),
             which ``kattn bench speed --features`` sets.
         colour: its colour in plots (default: :func:`derived_colour` of the name).

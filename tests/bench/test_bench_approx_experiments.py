@@ -24,6 +24,7 @@ from kattn.bench.mechanism_error import (
     mechanism_study,
 )
 from kattn.cli import main
+from kattn.registry import MECHANISMS
 
 FEATURES = (16, 64, 256, 1024)
 
@@ -72,7 +73,10 @@ def test_rks_variants_count_cos_and_sin_features():
 def test_every_declared_counterpart_is_an_exact_reference():
     declared = {name: kattn.spec(name).approximates for name in kattn.available()}
     assert {r for r in declared.values() if r is not None} <= set(EXACT_REFERENCES)
-    assert all(declared[name] is None for name in kattn.available() if kattn.spec(name).is_exact)
+    exact = [name for name in kattn.available() if kattn.spec(name).is_exact]
+    assert declared["softmax"] is None and declared["local"] == declared["bigbird"] == "softmax"
+    # exact mechanisms name a counterpart only when they are exact over a restricted pattern
+    assert all(declared[n] is None or hasattr(MECHANISMS.get(n).cls, "pattern") for n in exact)
     assert declared["skyformer"] == "gaussian" and declared["performer"] == "softmax"
     assert declared["nprf_rpe"] == "softmax_unit_qk" and declared["linear"] is None
     assert set(approximate_mechanisms()) >= {n for n, r in declared.items() if r is not None}
@@ -96,8 +100,11 @@ def test_mechanism_study_rows():
 def test_mechanism_study_defaults_to_every_approximate_mechanism():
     rows = mechanism_study(lengths=(32,), head_dim=8, heads=1, seeds=1)
     names = {r.mechanism for r in rows}
-    assert names == {n for n in kattn.available() if not kattn.spec(n).is_exact}
+    specs = {n: kattn.spec(n) for n in kattn.available()}
+    assert names == {n for n, s in specs.items() if not s.is_exact or s.approximates}
     assert "softmax" not in names and "gaussian" not in names
+    # the exact-over-a-pattern baselines stand in for softmax: their error is what they leave out
+    assert {"local", "longformer", "bigbird", "sparse_transformer"} <= names
 
 
 def _check_outputs(out, stem, column):
@@ -134,8 +141,8 @@ def test_cli_mechanisms_writes_csv_json_markdown_and_plot(tmp_path, capsys):
 
 def test_cli_rejects_unknown_exact_and_misplaced_options(tmp_path, capsys):
     argv = ["bench", "approx", "--experiment", "mechanisms", "--quick", "--out", str(tmp_path)]
-    assert main([*argv, "--mechanisms", "bigbird"]) == 2
-    assert "bigbird" in capsys.readouterr().err
+    assert main([*argv, "--mechanisms", "no_such_mechanism"]) == 2
+    assert "no_such_mechanism" in capsys.readouterr().err
     assert main([*argv, "--mechanisms", "softmax"]) == 2  # exact: a reference, not a subject
     assert main([*argv, "--radii", "1,2"]) == 2  # a norm-sweep option, not silently ignored
     assert "applies to --experiment norm-sweep" in capsys.readouterr().err
@@ -143,3 +150,13 @@ def test_cli_rejects_unknown_exact_and_misplaced_options(tmp_path, capsys):
         main([*argv, "--input-std", "0"])
     assert exit_info.value.code == 2 and "argument --input-std" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_pattern_baselines_err_by_what_their_pattern_leaves_out():
+    # local's default window (128 back, 127 ahead; causal 255 back) covers L = 100 whole:
+    # softmax to rounding; bigbird's blocks (64) at L = 1024 leave most keys out
+    rows = mechanism_study(["local", "bigbird"], lengths=(100, 1024), head_dim=8, heads=1, seeds=1)
+    err = {(r.mechanism, r.causal, r.length): r.rel_error for r in rows}
+    assert all(r.reference == "softmax" and r.counterpart for r in rows)
+    assert err["local", False, 100] < 1e-5 and err["local", True, 100] < 1e-5
+    assert err["bigbird", False, 1024] > 1e-3 and err["local", False, 1024] > 1e-3

@@ -231,5 +231,6 @@ register_mechanism(
     complexity="O(L·(W + R)·b·D + G·L·D) time, O(L·(W + R + G/b)·b) memory (b = block_size, "
     "W window and R random blocks, G global tokens)",
     colour="#e6550d",
+    approximates="softmax",
     size_option=None,
 )

@@ -223,5 +223,6 @@ register_mechanism(
     "(local attention baseline)",
     complexity="O(L·W·D) time, O(L·W) memory (W = window); O(W·D) per decoding step",
     colour="#bcbd22",
+    approximates="softmax",
     size_option=None,
 )

@@ -200,5 +200,6 @@ register_mechanism(
     reference="Beltagy, Peters and Cohan, Longformer: The Long-Document Transformer, arXiv 2020",
     complexity="O(L·(W + G)·D) time, O(L·(W + G)) memory (W = window, G = global tokens)",
     colour="#5254a3",
+    approximates="softmax",
     size_option=None,
 )

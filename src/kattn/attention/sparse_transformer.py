@@ -142,5 +142,6 @@ register_mechanism(
     complexity="O(L·(l + L/l)·D) time, O(L·(l + L/l)) memory (strided, l = stride); "
     "O(L·(l + c·L/l)·D) and O(L·(l + c·L/l)) for fixed",
     colour="#6b6ecf",
+    approximates="softmax",
     size_option=None,
 )

@@ -1,6 +1,8 @@
 """Every approximate mechanism against the exact attention it approximates, on the same inputs.
 
-For each approximate registered mechanism (``spec(name).is_exact`` False), built with its
+For each approximate registered mechanism (``spec(name).is_exact`` False, or exact over a
+restricted pattern with a declared ``approximates``, like the local and block-sparse
+baselines, whose error is what their pattern leaves out), built with its
 registered defaults and in ``eval()`` (features and landmarks fixed, a fresh draw per seed),
 and each length L: the relative Frobenius error ``‖Ŷ − Y‖_F / ‖Y‖_F`` of the ``(L, Dv)``
 output of every head against its exact counterpart ``Y`` (the :data:`EXACT_REFERENCES` entry
@@ -51,8 +53,10 @@ INFORMATION_REFERENCE = "softmax"
 
 
 def approximate_mechanisms() -> list[str]:
-    """The registered mechanisms that are not exact, sorted."""
-    return [n for n in registry.available() if not registry.spec(n).is_exact]
+    """The registered mechanisms that are not exact, or exact over a restricted pattern and
+    standing in for a full attention (``approximates`` set), sorted."""
+    specs = {n: registry.spec(n) for n in registry.available()}
+    return [n for n, s in specs.items() if not s.is_exact or s.approximates is not None]
 
 
 def counterpart(name: str) -> tuple[str, bool]:
