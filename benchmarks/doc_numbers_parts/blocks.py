@@ -14,6 +14,8 @@ from .sources import (
     PINV_INIT,
     RPE,
     RPE_BLOCKED,
+    SPARSE,
+    SPARSE_LISTOPS_RUNS,
     SPECTRAL,
     SPEED,
     SPEED_RPE,
@@ -43,6 +45,7 @@ from .tables_nystrom import (
     spectral_table,
     stability_table,
 )
+from .tables_sparse import sparse_listops, sparse_speed
 
 BLOCKS: list[Block] = [
     Block("README.md", "foundation", (FOUNDATION,), readme_foundation),
@@ -68,4 +71,6 @@ BLOCKS: list[Block] = [
     Block("docs/nystrom.md", "stability", (STABILITY,), stability_table),
     Block("docs/nystrom.md", "pinv-init-approximation", (PINV_INIT,), pinv_approximation),
     Block("docs/nystrom.md", "pinv-init-training", (PINV_INIT,), pinv_training),
+    Block("docs/sparse.md", "sparse-speed", (SPARSE,), sparse_speed),
+    Block("docs/sparse.md", "sparse-listops", SPARSE_LISTOPS_RUNS, sparse_listops),
 ]  # fmt: skip

@@ -27,6 +27,11 @@ NORM_SWEEP = f"{R}/norm-sweep/norm-sweep.csv"
 SPECTRAL = f"{R}/spectral/spectral.csv"
 STABILITY = f"{R}/stability/stability.json"
 PINV_INIT = f"{R}/pinv-init-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
+SPARSE = f"{R}/sparse-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
+SPARSE_LISTOPS_RUNS = tuple(
+    f"{R}/listops-sparse/{name}/results.json"
+    for name in ("softmax", "local", "longformer", "bigbird", "sparse_transformer")
+)
 DEMO_REPORT = f"{R}/demo/report.md"
 DEMO_TIME = f"{R}/demo/make-demo.json"
 BENCH_TIME = f"{R}/make-bench.json"
