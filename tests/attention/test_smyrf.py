@@ -1,0 +1,327 @@
+"""SMYRF: the asymmetric transform, the hash orders and the balanced clusters against their
+definitions, the clustered path against the dense reference (forward and gradients), the
+reference against the per-round log-sum-exp merge, padding, cross-attention, half precision,
+the hash directions (fixed in eval, redrawn in training, from the module's seed) and the
+option checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import kattn
+from kattn.functional import (
+    SmyrfOrders,
+    smyrf_attention,
+    smyrf_attention_reference,
+    smyrf_num_clusters,
+    smyrf_orders,
+    smyrf_pattern,
+    smyrf_transform,
+)
+
+from ..helpers import assert_close, grads, padding_mask, qkv
+
+H, D = 2, 16
+
+
+def _projections(rounds: int, seed: int = 3) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(rounds, D + 2, generator=g, dtype=torch.float64)
+
+
+def _build(seed: int = 0, **options) -> kattn.Attention:
+    return kattn.build("smyrf", head_dim=D, num_heads=H, seed=seed, **options).double().eval()
+
+
+def test_transform_turns_inner_products_into_distances():
+    """‖F(q) − G(k)‖² = 2(M_Q² + M_K²) − 2 q·k, with the maxima over the real rows only."""
+    q, k, _ = qkv(2, H, 23, scale=2.0)
+    mask = padding_mask(2, 23, (0, 6))
+    k[1, :, 17:] *= 100.0  # padded keys with huge norms must not set M_K
+    q[1, :, 17:] *= 100.0  # nor padded queries M_Q (Lq == Lk: self-attention)
+    fq, gk = smyrf_transform(q, k, key_padding_mask=mask)
+    assert fq.shape == (2, H, 23, D + 2) and gk.shape == (2, H, 23, D + 2)
+    for b, n in ((0, 23), (1, 17)):
+        big = q[b, :, :n].norm(dim=-1).amax(-1) ** 2 + k[b, :, :n].norm(dim=-1).amax(-1) ** 2
+        dist = torch.cdist(fq[b, :, :n], gk[b, :, :n]) ** 2
+        expected = 2 * big[:, None, None] - 2 * q[b, :, :n] @ k[b, :, :n].transpose(-1, -2)
+        assert_close(dist, expected)
+    assert torch.equal(gk[1, :, 17:], torch.zeros_like(gk[1, :, 17:]))
+
+
+def test_orders_sort_by_projection_with_padding_last():
+    q, k, _ = qkv(2, H, 20, 20)
+    mask = padding_mask(2, 20, (0, 5), left=True)
+    a = _projections(3)
+    orders = smyrf_orders(q, k, a, key_padding_mask=mask)
+    fq, gk = smyrf_transform(q, k, key_padding_mask=mask)
+    assert orders.num_queries.tolist() == [20, 15] and orders.num_keys.tolist() == [20, 15]
+    for b in range(2):
+        real = (~mask[b]).nonzero().flatten()
+        for h in range(H):
+            for r in range(3):
+                hq = fq[b, h, real] @ a[r]
+                hk = gk[b, h, real] @ a[r]
+                n = len(real)
+                assert orders.q_order[b, h, r, :n].tolist() == real[hq.argsort()].tolist()
+                assert orders.k_order[b, h, r, :n].tolist() == real[hk.argsort()].tolist()
+                padded = mask[b].nonzero().flatten().tolist()
+                assert orders.q_order[b, h, r, n:].tolist() == padded
+                assert orders.k_order[b, h, r, n:].tolist() == padded
+
+
+def _expected_pattern(orders: SmyrfOrders, clusters: int) -> torch.Tensor:
+    """Cluster c holds the sorted ranks [⌊c·n/C⌋, ⌊(c+1)·n/C⌋), a key cluster at least the
+    rank ⌊c·n/C⌋ when keys are fewer than clusters; entry by entry."""
+    b_, h_, r_, lq = orders.q_order.shape
+    lk = orders.k_order.shape[-1]
+    allowed = torch.zeros(b_, h_, r_, lq, lk, dtype=torch.bool)
+    for b in range(b_):
+        nq, nk = int(orders.num_queries[b]), int(orders.num_keys[b])
+        for h in range(h_):
+            for r in range(r_):
+                qs, ks = orders.q_order[b, h, r].tolist(), orders.k_order[b, h, r].tolist()
+                for c in range(clusters):
+                    q_members = qs[c * nq // clusters : (c + 1) * nq // clusters]
+                    lo, hi = c * nk // clusters, (c + 1) * nk // clusters
+                    k_members = ks[lo : max(hi, min(lo + 1, nk))]
+                    for i in q_members:
+                        for j in k_members:
+                            allowed[b, h, r, i, j] = True
+    return allowed
+
+
+#: (Lq, Lk, cluster_size, padding of the two examples): lengths the clusters do not divide,
+#: cross-attention both ways, fewer real keys than clusters, one cluster (exact softmax).
+CASES = {
+    "self-37-c8": (37, 37, 8, (0, 9)),
+    "self-50-c7": (50, 50, 7, (3, 0)),
+    "cross-13x41-c5": (13, 41, 5, (0, 12)),
+    "cross-41x13-c5": (41, 13, 5, (2, 0)),
+    "few-keys": (30, 30, 4, (0, 25)),
+    "one-cluster": (21, 21, 32, (0, 4)),
+}
+IDS = list(CASES)
+
+
+@pytest.mark.parametrize("case", IDS)
+def test_pattern_is_the_balanced_clusters(case):
+    lq, lk, cs, pads = CASES[case]
+    q, k, _ = qkv(2, H, lq, lk)
+    mask = padding_mask(2, lk, pads)
+    orders = smyrf_orders(q, k, _projections(2), key_padding_mask=mask)
+    clusters = smyrf_num_clusters(lq, lk, cs)
+    pattern = smyrf_pattern(orders, clusters)
+    assert torch.equal(pattern, _expected_pattern(orders, clusters))
+    assert not pattern[1][..., lk - pads[1] :].any()  # padded keys are never read
+    real_q = orders.num_queries.view(2, 1, 1)
+    # every real query reads ⌊n_k/C⌋ or ⌈n_k/C⌉ keys (at least one)
+    reads = pattern.sum(-1)
+    for b in range(2):
+        nk = int(orders.num_keys[b])
+        rows = reads[b][orders.q_order[b].argsort(-1) < real_q[b]]
+        assert rows.min() >= max(1, nk // clusters) and rows.max() <= max(1, -(-nk // clusters))
+
+
+@pytest.mark.parametrize("case", IDS)
+def test_forward_and_gradients_equal_the_reference(case):
+    lq, lk, cs, pads = CASES[case]
+    q, k, v = qkv(2, H, lq, lk, requires_grad=True)
+    mask = padding_mask(2, lk, pads)
+    a = _projections(3)
+    out = smyrf_attention(q, k, v, a, cluster_size=cs, key_padding_mask=mask)
+    ref = smyrf_attention_reference(q, k, v, a, cluster_size=cs, key_padding_mask=mask)
+    assert out.shape == (2, H, lq, v.shape[-1])
+    assert_close(out, ref)
+    for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert_close(g, g_ref)
+
+
+def test_reference_is_the_log_sum_exp_merge_of_the_rounds():
+    """Per round: softmax over the keys of the query's cluster; rounds weighted by their
+    normalisers e^{lse_r} (the released code's merge)."""
+    q, k, v = qkv(1, H, 29)
+    a = _projections(4)
+    orders = smyrf_orders(q, k, a)
+    pattern = smyrf_pattern(orders, smyrf_num_clusters(29, 29, 6))  # (1, H, R, L, L)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(D))[:, :, None]
+    masked = scores.masked_fill(~pattern, -math.inf)
+    lse = masked.logsumexp(-1)  # (1, H, R, L)
+    per_round = torch.softmax(masked, -1) @ v[:, :, None]
+    weights = torch.softmax(lse, dim=2)[..., None]
+    expected = (weights * per_round).sum(2)
+    assert_close(smyrf_attention_reference(q, k, v, a, cluster_size=6), expected)
+    assert_close(smyrf_attention(q, k, v, a, cluster_size=6), expected)
+
+
+def test_one_cluster_is_exact_softmax():
+    q, k, v = qkv(2, H, 30)
+    out = _build(cluster_size=30)(q, k, v)
+    assert_close(out, torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D), -1) @ v)
+
+
+def _grouped(b: int, length: int, groups: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys scattered around ``groups`` shared centres (per example and head)."""
+    g = torch.Generator().manual_seed(seed)
+    centres = 2 * torch.randn(b, H, groups, D, generator=g, dtype=torch.float64)
+
+    def around() -> torch.Tensor:
+        label = torch.randint(groups, (b, H, length, 1), generator=g).expand(-1, -1, -1, D)
+        noise = torch.randn(b, H, length, D, generator=g, dtype=torch.float64)
+        return centres.gather(2, label) + 0.5 * noise
+
+    return around(), around()
+
+
+def test_clusters_hold_more_attention_mass_than_random_ones():
+    """The asymmetric hashing groups each query with its large-inner-product keys: the softmax
+    mass inside a query's cluster is well above that of random balanced clusters (1/C), and
+    more rounds cover more of it."""
+    q, k = _grouped(4, 256, 8, seed=11)
+    probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D), -1)
+    orders = smyrf_orders(q, k, _projections(4))
+    g = torch.Generator().manual_seed(0)
+    perms = [torch.randperm(256, generator=g) for _ in range(2 * 4 * H)]
+    shuffled = SmyrfOrders(
+        torch.stack(perms[: 4 * H]).view(4, H, 1, 256),
+        torch.stack(perms[4 * H :]).view(4, H, 1, 256),
+        orders.num_queries,
+        orders.num_keys,
+    )
+    pattern = smyrf_pattern(orders, 8)
+    one_round = (probs * pattern[:, :, 0]).sum(-1).mean()
+    four_rounds = (probs * pattern.any(2)).sum(-1).mean()
+    random_mass = (probs * smyrf_pattern(shuffled, 8)[:, :, 0]).sum(-1).mean()
+    assert abs(random_mass - 1 / 8) < 0.02
+    assert one_round > 2.5 * random_mass, (one_round, random_mass)
+    assert four_rounds > 1.5 * one_round, (four_rounds, one_round)
+
+
+def test_module_equals_its_reference_and_padded_values_count_nowhere():
+    attn = _build(num_hashes=3, cluster_size=6)
+    q, k, v = qkv(2, H, 40, requires_grad=True)
+    mask = padding_mask(2, 40, (0, 11))
+    out = attn(q, k, v, key_padding_mask=mask)
+    ref = attn.reference(q, k, v, key_padding_mask=mask)
+    assert_close(out, ref)
+    for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert torch.isfinite(g).all()
+        assert_close(g, g_ref)
+    q2, k2, v2 = (x.detach().clone() for x in (q, k, v))
+    k2[1, :, 29:] = float("nan")
+    v2[1, :, 29:] = float("nan")
+    q2[1, :, 29:] = float("nan")  # padded queries of a self-attention
+    out2 = attn(q2, k2, v2, key_padding_mask=mask)
+    assert torch.isfinite(out2).all()
+    assert_close(out2[:, :, :29], out[:, :, :29].detach())
+    assert torch.equal(out2[1, :, 29:], torch.zeros_like(out2[1, :, 29:]))
+
+
+def test_a_fully_padded_sequence_gives_zeros_and_finite_gradients():
+    attn = _build(cluster_size=8)
+    q, k, v = qkv(2, H, 33, 19, requires_grad=True)
+    mask = padding_mask(2, 19, (0, 19))
+    out = attn(q, k, v, key_padding_mask=mask)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    for g in grads(out, q, k, v):
+        assert torch.isfinite(g).all()
+
+
+def test_causal_is_refused_with_a_reason():
+    q, k, v = qkv(1, H, 20)
+    with pytest.raises(NotImplementedError, match="later tokens"):
+        _build()(q, k, v, causal=True)
+    assert not kattn.spec("smyrf").supports_causal and kattn.spec("smyrf").supports_cross
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_is_finite_and_close(dtype):
+    attn = _build(cluster_size=8).float()
+    q, k, v = (x.to(dtype) for x in qkv(2, H, 70, scale=3.0))
+    mask = padding_mask(2, 70, (0, 13))
+    out = attn(q, k, v, key_padding_mask=mask)
+    ref = attn(q.float(), k.float(), v.float(), key_padding_mask=mask)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    # rounding q and k can swap hash neighbours, so compare where the orders agree
+    keep = (out.float() - ref).abs().amax(-1) < 0.1
+    assert keep.float().mean() > 0.9
+    assert_close(out.float()[keep], ref[keep], dtype)
+
+
+def test_eval_is_fixed_and_ignores_the_rest_of_the_batch():
+    attn = _build(cluster_size=8)
+    q, k, v = qkv(3, H, 45)
+    mask = padding_mask(3, 45, (0, 7, 20))
+    out = attn(q, k, v, key_padding_mask=mask)
+    torch.manual_seed(99)
+    assert torch.equal(attn(q, k, v, key_padding_mask=mask), out)
+    assert torch.equal(attn(q[1:2], k[1:2], v[1:2], key_padding_mask=mask[1:2]), out[1:2])
+    assert torch.equal(attn(q[2:], k[2:], v[2:], key_padding_mask=mask[2:]), out[2:])
+
+
+def test_training_redraws_each_forward_from_the_seed_alone():
+    q, k, v = qkv(3, H, 45)
+    a, b, c = _build(3, cluster_size=8).train(), _build(3, cluster_size=8).train(), _build(4)
+    outs_a, outs_b = [], []
+    for step in range(3):
+        torch.manual_seed(step)
+        outs_a.append(a(q, k, v))
+        torch.manual_seed(100 + step)
+        outs_b.append(b(q[1:2], k[1:2], v[1:2]))
+    for out_a, out_b in zip(outs_a, outs_b, strict=True):
+        assert torch.equal(out_a[1:2], out_b)
+    assert not torch.allclose(outs_a[0], outs_a[1]) and not torch.allclose(outs_a[1], outs_a[2])
+    assert not torch.equal(a.eval().projections(), c.projections())
+
+
+def test_state_dict_keeps_the_eval_directions_and_the_draw_sequence():
+    a = _build(7, cluster_size=8).train()
+    q, k, v = qkv(1, H, 45)
+    a(q, k, v)
+    a(q, k, v)
+    b = _build(0, cluster_size=8).train()
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(b(q, k, v), a(q, k, v))  # draw 3 of seed 7 for both
+    a.eval(), b.eval()
+    assert torch.equal(b.projections(), a.projections())
+    assert torch.equal(b(q, k, v), a(q, k, v))
+
+
+def test_checkpoint_recomputation_reuses_the_draw():
+    a, b = _build(5, cluster_size=8).train(), _build(5, cluster_size=8).train()
+    q, k, v = qkv(1, H, 45, requires_grad=True)
+    out_a = checkpoint(a, q, k, v, use_reentrant=False)
+    out_b = b(q, k, v)
+    assert_close(out_a, out_b)
+    for g_a, g_b in zip(grads(out_a, q, k, v), grads(out_b, q, k, v), strict=True):
+        assert_close(g_a, g_b)
+    assert a.get_extra_state()["draws"] == 1
+
+
+def test_functional_checks_the_projections():
+    q, k, v = qkv(1, H, 10)
+    with pytest.raises(ValueError, match=r"projections must be \(R, D \+ 2\)"):
+        smyrf_attention(q, k, v, torch.randn(2, D), cluster_size=4)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"num_hashes": 0}, "num_hashes must be a positive int, got 0"),
+        ({"cluster_size": 0}, "cluster_size must be a positive int, got 0"),
+        ({"seed": -1}, "seed must be an int >= 0, got -1"),
+        ({"scale": 0.0}, "scale must be positive or None, got 0.0"),
+    ],
+)
+def test_options_are_checked(options, match):
+    with pytest.raises(ValueError, match=match):
+        kattn.build("smyrf", head_dim=D, num_heads=H, **options)
+
+
+def test_a_foreign_extra_state_is_refused():
+    with pytest.raises(ValueError, match="seed"):
+        _build().set_extra_state({"seed": "x", "draws": 0})
