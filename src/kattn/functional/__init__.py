@@ -9,16 +9,6 @@ from .bigbird import (
     bigbird_layout,
     bigbird_pattern,
 )
-from .clustered import (
-    cluster_centroids,
-    cluster_queries,
-    clustered_attention,
-    clustered_attention_reference,
-    hamming_kmeans,
-    hash_queries,
-    improved_clustered_attention,
-    improved_clustered_attention_reference,
-)
 from .decay import (
     decay_init_state,
     decay_linear_attention,
@@ -151,10 +141,6 @@ __all__ = [
     "block_sparse_attention",
     "block_sparse_attention_with_globals",
     "blocked_is_cheaper",
-    "cluster_centroids",
-    "cluster_queries",
-    "clustered_attention",
-    "clustered_attention_reference",
     "decay_init_state",
     "decay_linear_attention",
     "decay_log_coefficients",
@@ -170,10 +156,6 @@ __all__ = [
     "guard_normaliser",
     "hadamard_matrix",
     "hadamard_transform",
-    "hamming_kmeans",
-    "hash_queries",
-    "improved_clustered_attention",
-    "improved_clustered_attention_reference",
     "is_power_of_two",
     "iterative_pinv",
     "iterative_pinv_solve",
