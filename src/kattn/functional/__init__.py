@@ -28,6 +28,15 @@ from .hadamard import (
     is_power_of_two,
     next_power_of_two,
 )
+from .informer import (
+    InformerSample,
+    informer_attention,
+    informer_attention_reference,
+    informer_factor,
+    informer_sample,
+    informer_sizes,
+    informer_sparsity,
+)
 from .linear import (
     linear_attention,
     linear_attention_cumsum,
@@ -119,6 +128,7 @@ __all__ = [
     "BandedState",
     "BigBirdLayout",
     "DenseRows",
+    "InformerSample",
     "KVCache",
     "LinearState",
     "LocalState",
@@ -156,6 +166,12 @@ __all__ = [
     "guard_normaliser",
     "hadamard_matrix",
     "hadamard_transform",
+    "informer_attention",
+    "informer_attention_reference",
+    "informer_factor",
+    "informer_sample",
+    "informer_sizes",
+    "informer_sparsity",
     "is_power_of_two",
     "iterative_pinv",
     "iterative_pinv_solve",

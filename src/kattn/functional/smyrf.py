@@ -250,7 +250,8 @@ def smyrf_attention(
 def _window_positions(order: Tensor, rank: Tensor) -> Tensor:
     """Positions ``(B, H, R, C·w)`` of the ranks ``(B, C, w)`` in each round's order."""
     b, h, r, _ = order.shape
-    flat = rank.reshape(b, 1, 1, -1).expand(b, h, r, -1)
+    n = rank.shape[1] * rank.shape[2]
+    flat = rank.reshape(b, 1, 1, n).expand(b, h, r, n)
     return order.gather(3, flat)
 
 

@@ -1,0 +1,212 @@
+"""Informer's ProbSparse attention (Zhou et al., Informer: Beyond Efficient Transformer for
+Long Sequence Time-Series Forecasting, AAAI 2021, §3.1).
+
+How it differs from the released code (``zhouhaoyi/Informer2020``, ``models/attn.py``
+``ProbAttention``, and its copy in the Skyformer LRA code, ``pkuzengqi/Skyformer``
+``src/models/attention_informer.py``; read, not copied):
+
+- The released code divides the sum of the U sampled scores by Lk, not by U, so its
+  "mean" term is shrunk by U/Lk. Here M̄ uses the mean over the sample, the estimate of the
+  paper's ``(1/Lk)·Σ_j`` over all keys (eq. 4).
+- It draws the sample from torch's global RNG at every call, in eval too, and has no padding
+  mask (padded keys are sampled and averaged into the lazy queries' mean of V). Here the
+  sample comes from the module's own seed (fixed in eval, redrawn per training forward) and
+  only real keys are sampled and averaged.
+- Its masked form (``mask_flag=True``, the decoder's self-attention) gives lazy queries the
+  cumulative *sum* of V and ranks queries on samples that include later keys; kattn refuses
+  ``causal=True`` (see :meth:`InformerAttention._why_not`). The functional form
+  :func:`kattn.functional.informer_attention` has a masked variant with the cumulative mean
+  and samples among earlier keys, for reproducing the decoder.
+- The Skyformer runs set ``factor = ⌈128 / ln max_seq_len⌉`` (U ≈ 128 keys): the default
+  here when ``max_len`` is given (see :class:`InformerAttention`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..checks import int_at_least, positive_float_or_none, positive_int
+from ..features.base import in_backward
+from ..functional.informer import (
+    InformerSample,
+    informer_attention,
+    informer_attention_reference,
+    informer_factor,
+    informer_sample,
+    informer_sizes,
+)
+from ..registry import register_mechanism
+from .base import Attention
+
+#: eval draws kept per module (one per pair of lengths and device).
+_CACHED_DRAWS = 8
+
+
+class InformerAttention(Attention):
+    """ProbSparse attention (Zhou et al. 2021, §3.1; :mod:`kattn.functional.informer`): each
+    query's sparsity measurement ``M̄(q) = max − mean`` of its scores is estimated on
+    U = c·⌈ln Lk⌉ keys sampled for it, the u = c·⌈ln Lq⌉ queries of largest M̄ get exact
+    softmax attention and the others the mean of V. O((L·U + u·L)·D) = O(c·L log L·D) time
+    and memory.
+
+    Default factor c: ``⌈128 / ln max_len⌉`` when ``max_len`` is given, the setting of the
+    Skyformer paper's LRA runs (Chen et al. 2021), where Informer is one of the baselines
+    kattn compares against (U = c·⌈ln L⌉ ≈ 128 sampled keys, as many as the other
+    mechanisms' features or landmarks); without ``max_len`` the released Informer's
+    ``factor=5``. Pass ``factor`` to choose.
+
+    Randomness: the sample (uniforms ``(Lq, U)`` mapped onto each example's real keys, one
+    sample per query shared over the batch and the heads as in the released code) comes from
+    a generator owned by the module, seeded from ``seed``: fixed in ``eval()`` per pair of
+    lengths (an example's output does not depend on the rest of its batch), drawn afresh by
+    each training forward (the forward that activation checkpointing re-runs reuses its
+    draw). The seed and the number of training draws are the module's extra state in
+    ``state_dict()``.
+
+    Padding: padded keys are never sampled and never counted; with Lq == Lk the mask marks
+    padded queries too (never ranked among the top). Cross-attention (Lq ≠ Lk) is
+    supported (U from Lk, u from Lq; the paper's decoder uses full attention there). Causal
+    attention is refused (see :meth:`_why_not`); there is no recurrent form.
+
+    Args:
+        factor: c, a positive int; None: ``⌈128 / ln max_len⌉`` (5 without max_len).
+        seed: the seed of the samples, an int >= 0.
+        scale: logit scale, default ``1/√D``.
+    """
+
+    supports_causal = False
+    supports_cross = True
+    supports_recurrent = False
+    is_exact = False
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        num_heads: int,
+        max_len: int | None = None,
+        factor: int | None = None,
+        seed: int = 0,
+        scale: float | None = None,
+    ) -> None:
+        super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        self._check_option_types(factor=factor, seed=seed, scale=scale)
+        if factor is not None:
+            positive_int("factor", factor)
+        self.factor = informer_factor(max_len) if factor is None else factor
+        self.seed = int_at_least("seed", seed, 0)
+        self.scale = positive_float_or_none("scale", scale)
+        self._draws = 0  # training draws so far
+        self._uniforms: dict[tuple[int, int, str], Tensor] = {}
+
+    # ------------------------------------------------------------------------------ sample
+    def sizes(self, lq: int, lk: int) -> tuple[int, int]:
+        """``(U, u)``: keys sampled per query and exact queries at these lengths."""
+        return informer_sizes(lq, lk, self.factor)
+
+    def uniforms(self, lq: int, lk: int, device: torch.device | str | None = None) -> Tensor:
+        """The evaluation-mode uniforms ``(Lq, U)`` (float64, cached)."""
+        key = (lq, lk, str(torch.device(device or "cpu")))
+        if key not in self._uniforms:
+            if len(self._uniforms) >= _CACHED_DRAWS:
+                self._uniforms.pop(next(iter(self._uniforms)))
+            self._uniforms[key] = self._draw(lq, lk, 0, device)
+        return self._uniforms[key]
+
+    def _draw(self, lq: int, lk: int, draw: int, device: Any) -> Tensor:
+        """Draw ``draw`` (0 for eval, 1, 2, … in training) for these lengths, from a
+        generator seeded by the module's seed, the draw number and the lengths."""
+        text = f"informer/{self.seed}/{draw}/{lq}/{lk}"
+        digest = hashlib.sha256(text.encode()).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
+        shape = (lq, self.sizes(lq, lk)[0])
+        return torch.rand(shape, generator=generator, dtype=torch.float64).to(device)
+
+    def _sample(
+        self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, *, training: bool
+    ) -> InformerSample:
+        lq, lk = q.shape[2], k.shape[2]
+        if not training:
+            uniforms = self.uniforms(lq, lk, q.device)
+        else:
+            if not in_backward():
+                self._draws += 1
+            uniforms = self._draw(lq, lk, self._draws, q.device)
+        return informer_sample(uniforms, batch=q.shape[0], lk=lk, key_padding_mask=key_padding_mask)
+
+    # ------------------------------------------------------------------------------ forward
+    def _why_not(self, capability: str) -> str:
+        if capability == "causal":
+            return (
+                ": ProbSparse ranks each query's sparsity against every other query's to pick "
+                "the exact ones, so whether an earlier query gets exact attention depends on "
+                "later tokens"
+            )
+        return ""
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        sample = self._sample(q, k, key_padding_mask, training=self.training)
+        return informer_attention(
+            q,
+            k,
+            v,
+            sample,
+            num_top=self.sizes(q.shape[2], k.shape[2])[1],
+            key_padding_mask=key_padding_mask,
+            scale=self.scale,
+        )
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        sample = self._sample(q, k, key_padding_mask, training=False)
+        return informer_attention_reference(
+            q,
+            k,
+            v,
+            sample,
+            num_top=self.sizes(q.shape[2], k.shape[2])[1],
+            key_padding_mask=key_padding_mask,
+            scale=self.scale,
+        )
+
+    # -------------------------------------------------------------------------------- state
+    def get_extra_state(self) -> dict[str, int]:
+        """The seed and the number of training draws: a reloaded module has the same eval
+        samples and continues the same sequence of training draws."""
+        return {"seed": self.seed, "draws": self._draws}
+
+    def set_extra_state(self, state: Any) -> None:
+        ok = isinstance(state, dict) and all(
+            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
+        )
+        if not ok:
+            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
+        self.seed, self._draws = state["seed"], state["draws"]
+        self._uniforms.clear()
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, num_heads={self.num_heads}, factor={self.factor}, "
+            f"seed={self.seed}, scale={self.scale}"
+        )
+
+
+register_mechanism(
+    "informer",
+    InformerAttention,
+    summary="ProbSparse attention: exact softmax for the c·ln L queries whose sampled scores "
+    "are the most peaked, the mean of V for the others.",
+    reference="Zhou et al., Informer: Beyond Efficient Transformer for Long Sequence "
+    "Time-Series Forecasting, AAAI 2021",
+    complexity="O(c·L log L·D) time and memory (U = c·⌈ln L⌉ sampled keys per query, "
+    "u = c·⌈ln L⌉ exact queries)",
+    approximates="softmax",
+    size_option=None,
+)

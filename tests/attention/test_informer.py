@@ -1,0 +1,293 @@
+"""Informer's ProbSparse attention: the sizes and the default factor, the sample (real keys
+only, uniform, batch independent), the sparsity measurement against its definition, the
+sparse path against the dense reference (forward and gradients), which queries are exact and
+what the lazy ones get, padding, the masked functional form, half precision, the sample
+(fixed in eval, redrawn in training, from the module's seed) and the option checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import kattn
+from kattn.functional import (
+    informer_attention,
+    informer_attention_reference,
+    informer_factor,
+    informer_sample,
+    informer_sizes,
+    informer_sparsity,
+)
+
+from ..helpers import assert_close, grads, padding_mask, qkv
+
+H, D = 2, 16
+
+
+def _uniforms(lq: int, samples: int, seed: int = 4) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(lq, samples, generator=g, dtype=torch.float64)
+
+
+def _build(seed: int = 0, factor: int = 1, **options) -> kattn.Attention:
+    attn = kattn.build("informer", head_dim=D, num_heads=H, seed=seed, factor=factor, **options)
+    return attn.double().eval()
+
+
+def test_sizes_and_the_default_factor():
+    assert informer_sizes(100, 1000, 5) == (5 * 7, 5 * 5)  # ⌈ln 1000⌉ = 7, ⌈ln 100⌉ = 5
+    assert informer_sizes(10, 12, 5) == (12, 10)  # clamped to the lengths
+    assert informer_sizes(1, 1, 3) == (1, 1)
+    assert informer_factor(4096) == math.ceil(128 / math.log(4096)) == 16
+    assert informer_factor(1024) == 19 and informer_factor(None) == 5
+    assert kattn.build("informer", head_dim=D, num_heads=H, max_len=2048).factor == 17
+    assert kattn.build("informer", head_dim=D, num_heads=H).factor == 5
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_sample_reads_only_allowed_keys_and_ignores_the_batch(causal):
+    mask = padding_mask(3, 30, (0, 8, 4), left=True)
+    mask[2, -3:] = True
+    u = _uniforms(30, 9)
+    sample = informer_sample(u, batch=3, lk=30, key_padding_mask=mask, causal=causal)
+    assert sample.keys.shape == (3, 30, 9) and sample.valid.shape == (3, 30)
+    for b in range(3):
+        for i in range(30):
+            allowed = {j for j in range(30) if not mask[b, j] and (not causal or j <= i)}
+            assert bool(sample.valid[b, i]) == bool(allowed)
+            if allowed:
+                assert set(sample.keys[b, i].tolist()) <= allowed
+        alone = informer_sample(u, batch=1, lk=30, key_padding_mask=mask[b : b + 1], causal=causal)
+        assert torch.equal(alone.keys[0], sample.keys[b])
+    plain = informer_sample(u, batch=1, lk=30, causal=causal)
+    assert torch.equal(plain.keys[0], sample.keys[0])  # no padding in row 0: the same keys
+
+
+def test_sample_is_uniform_over_the_real_keys():
+    mask = padding_mask(1, 12, (4,), left=True)
+    sample = informer_sample(_uniforms(400, 30), batch=1, lk=12, key_padding_mask=mask)
+    counts = torch.bincount(sample.keys.flatten(), minlength=12).double()
+    assert counts[:4].sum() == 0
+    expected, sd = 12000 / 8, (12000 * (1 / 8) * (7 / 8)) ** 0.5
+    assert ((counts[4:] - expected).abs() < 5 * sd).all(), counts
+
+
+def test_sparsity_is_max_minus_mean_over_the_sample():
+    q, k, _ = qkv(2, H, 11, 17)
+    mask = padding_mask(2, 17, (0, 6))
+    sample = informer_sample(_uniforms(11, 7), batch=2, lk=17, key_padding_mask=mask)
+    measure = informer_sparsity(q, k, sample, key_padding_mask=mask)
+    for b in range(2):
+        for h in range(H):
+            for i in range(11):
+                s = [float(q[b, h, i] @ k[b, h, j]) / math.sqrt(D) for j in sample.keys[b, i]]
+                assert measure[b, h, i].item() == pytest.approx(max(s) - sum(s) / len(s))
+
+
+#: (Lq, Lk, factor, padding, causal): self-attention with padding, cross-attention both
+#: ways, the masked form with right and left padding, and every query exact.
+CASES = {
+    "self-pad": (41, 41, 2, (0, 9), False),
+    "cross-short-q": (13, 50, 2, (5, 0), False),
+    "cross-long-q": (50, 13, 1, (0, 3), False),
+    "causal-pad": (40, 40, 2, (0, 7), True),
+    "all-exact": (9, 9, 5, (0, 2), False),
+}
+IDS = list(CASES)
+
+
+def _case(case: str, dtype: torch.dtype = torch.float64):
+    lq, lk, factor, pads, causal = CASES[case]
+    q, k, v = qkv(2, H, lq, lk, requires_grad=True, dtype=dtype)
+    mask = padding_mask(2, lk, pads, left=case == "cross-short-q")
+    samples, top = informer_sizes(lq, lk, factor)
+    sample = informer_sample(
+        _uniforms(lq, samples), batch=2, lk=lk, key_padding_mask=mask, causal=causal
+    )
+    options = {"num_top": top, "causal": causal, "key_padding_mask": mask}
+    return (q, k, v), sample, options
+
+
+@pytest.mark.parametrize("case", IDS)
+def test_forward_and_gradients_equal_the_reference(case):
+    (q, k, v), sample, options = _case(case)
+    out = informer_attention(q, k, v, sample, **options)
+    ref = informer_attention_reference(q, k, v, sample, **options)
+    assert_close(out, ref)
+    for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert_close(g, g_ref)
+
+
+@pytest.mark.parametrize("case", ["self-pad", "cross-short-q", "causal-pad"])
+def test_top_queries_get_softmax_and_the_others_the_mean_of_v(case):
+    (q, k, v), sample, options = _case(case)
+    q, k, v = q.detach(), k.detach(), v.detach()
+    mask, causal, top = options["key_padding_mask"], options["causal"], options["num_top"]
+    out = informer_attention(q, k, v, sample, **options)
+    allowed = (~mask)[:, None, None, :].expand(2, 1, q.shape[2], k.shape[2])
+    if causal:
+        allowed = allowed & torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(D)).masked_fill(~allowed, -math.inf)
+    full = torch.softmax(scores, -1) @ v
+    mean = allowed.double() / allowed.sum(-1, keepdim=True) @ v
+    measure = informer_sparsity(q, k, sample, key_padding_mask=mask)
+    chosen = measure.argsort(-1, descending=True)[..., :top]
+    selected = torch.zeros_like(measure, dtype=torch.bool).scatter(-1, chosen, True)
+    assert selected.sum(-1).eq(top).all() and (~selected).any()
+    assert_close(out[selected], full[selected])
+    assert_close(out[~selected], mean[~selected])
+
+
+def test_peaked_queries_are_the_exact_ones():
+    """Queries aligned with one key have a peaked row (large M̄); random ones do not."""
+    q, k, _ = qkv(1, H, 60)
+    peaked = [3, 17, 42]
+    q[:, :, peaked] = 8.0 * k[:, :, [5, 30, 50]]
+    attn = _build(factor=1)  # U = ⌈ln 60⌉ = 5 ≥ u = 5 exact queries
+    samples, top = attn.sizes(60, 60)
+    u = (
+        torch.ones(60, samples, dtype=torch.float64)
+        * torch.tensor([5.5, 30.5, 50.5, 0.1, 0.9])
+        / 60
+    )
+    sample = informer_sample(u, batch=1, lk=60)
+    measure = informer_sparsity(q, k, sample)
+    chosen = set(measure.argsort(-1, descending=True)[0, 0, :top].tolist())
+    assert set(peaked) <= chosen
+
+
+def test_every_query_exact_is_softmax():
+    q, k, v = qkv(2, H, 9)
+    out = _build(factor=5)(q, k, v)
+    assert_close(out, torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(D), -1) @ v)
+
+
+def test_module_equals_its_reference_and_padded_values_count_nowhere():
+    attn = _build(factor=2)
+    q, k, v = qkv(2, H, 45, requires_grad=True)
+    mask = padding_mask(2, 45, (0, 12))
+    out = attn(q, k, v, key_padding_mask=mask)
+    ref = attn.reference(q, k, v, key_padding_mask=mask)
+    assert_close(out, ref)
+    for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert torch.isfinite(g).all()
+        assert_close(g, g_ref)
+    q2, k2, v2 = (x.detach().clone() for x in (q, k, v))
+    for x in (q2, k2, v2):
+        x[1, :, 33:] = float("nan")
+    out2 = attn(q2, k2, v2, key_padding_mask=mask)
+    assert torch.isfinite(out2).all()
+    assert_close(out2[:, :, :33], out[:, :, :33].detach())
+
+
+def test_a_fully_padded_sequence_gives_zeros_and_finite_gradients():
+    attn = _build(factor=2)
+    q, k, v = qkv(2, H, 30, 20, requires_grad=True)
+    mask = padding_mask(2, 20, (0, 20))
+    out = attn(q, k, v, key_padding_mask=mask)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    for g in grads(out, q, k, v):
+        assert torch.isfinite(g).all()
+
+
+def test_masked_form_reads_only_earlier_values_but_its_selection_sees_later_queries():
+    """The functional masked form: changing later values leaves earlier outputs alone, but
+    changing later queries can change which earlier queries are exact, so the module refuses
+    causal=True."""
+    (q, k, v), sample, options = _case("causal-pad")
+    q, k, v = q.detach(), k.detach(), v.detach()
+    out = informer_attention(q, k, v, sample, **options)
+    v2 = v.clone()
+    v2[:, :, 20:] = 1e3 * torch.randn_like(v2[:, :, 20:])
+    assert_close(informer_attention(q, k, v2, sample, **options)[:, :, :20], out[:, :, :20])
+    q2 = q.clone()
+    q2[:, :, 20:] = 0.0  # later queries become flat: earlier ones take their exact slots
+    out2 = informer_attention(q2, k, v, sample, **options)
+    assert not torch.allclose(out2[:, :, :20], out[:, :, :20])
+    with pytest.raises(NotImplementedError, match="later tokens"):
+        _build()(q, k, v, causal=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_is_finite_and_close(dtype):
+    attn = _build(factor=2).float()
+    q, k, v = (x.to(dtype) for x in qkv(2, H, 70, scale=3.0))
+    mask = padding_mask(2, 70, (0, 13))
+    out = attn(q, k, v, key_padding_mask=mask)
+    ref = attn(q.float(), k.float(), v.float(), key_padding_mask=mask)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    # rounding may swap queries of nearly equal M̄ in and out of the top: compare the rest
+    keep = (out.float() - ref).abs().amax(-1) < 0.1
+    assert keep.float().mean() > 0.9
+    assert_close(out.float()[keep], ref[keep], dtype)
+
+
+def test_eval_is_fixed_and_ignores_the_rest_of_the_batch():
+    attn = _build(factor=2)
+    q, k, v = qkv(3, H, 45)
+    mask = padding_mask(3, 45, (0, 7, 20))
+    out = attn(q, k, v, key_padding_mask=mask)
+    torch.manual_seed(99)
+    assert torch.equal(attn(q, k, v, key_padding_mask=mask), out)
+    assert torch.equal(attn(q[1:2], k[1:2], v[1:2], key_padding_mask=mask[1:2]), out[1:2])
+    assert torch.equal(attn(q[2:], k[2:], v[2:], key_padding_mask=mask[2:]), out[2:])
+
+
+def test_training_redraws_each_forward_from_the_seed_alone():
+    q, k, v = qkv(3, H, 45)
+    a, b, c = _build(3, factor=2).train(), _build(3, factor=2).train(), _build(4, factor=2)
+    outs_a, outs_b = [], []
+    for step in range(3):
+        torch.manual_seed(step)
+        outs_a.append(a(q, k, v))
+        torch.manual_seed(100 + step)
+        outs_b.append(b(q[1:2], k[1:2], v[1:2]))
+    for out_a, out_b in zip(outs_a, outs_b, strict=True):
+        assert torch.equal(out_a[1:2], out_b)
+    assert not torch.allclose(outs_a[0], outs_a[1]) and not torch.allclose(outs_a[1], outs_a[2])
+    assert not torch.equal(a.eval().uniforms(45, 45), c.uniforms(45, 45))
+
+
+def test_state_dict_keeps_the_eval_sample_and_the_draw_sequence():
+    a = _build(7, factor=2).train()
+    q, k, v = qkv(1, H, 45)
+    a(q, k, v)
+    a(q, k, v)
+    b = _build(0, factor=2).train()
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(b(q, k, v), a(q, k, v))  # draw 3 of seed 7 for both
+    a.eval(), b.eval()
+    assert torch.equal(b.uniforms(45, 45), a.uniforms(45, 45))
+    assert torch.equal(b(q, k, v), a(q, k, v))
+
+
+def test_checkpoint_recomputation_reuses_the_draw():
+    a, b = _build(5, factor=2).train(), _build(5, factor=2).train()
+    q, k, v = qkv(1, H, 45, requires_grad=True)
+    out_a = checkpoint(a, q, k, v, use_reentrant=False)
+    out_b = b(q, k, v)
+    assert_close(out_a, out_b)
+    for g_a, g_b in zip(grads(out_a, q, k, v), grads(out_b, q, k, v), strict=True):
+        assert_close(g_a, g_b)
+    assert a.get_extra_state()["draws"] == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"factor": 0}, "factor must be a positive int, got 0"),
+        ({"seed": -1}, "seed must be an int >= 0, got -1"),
+        ({"scale": 0.0}, "scale must be positive or None, got 0.0"),
+    ],
+)
+def test_options_are_checked(options, match):
+    with pytest.raises(ValueError, match=match):
+        kattn.build("informer", head_dim=D, num_heads=H, **options)
+
+
+def test_a_foreign_extra_state_is_refused():
+    with pytest.raises(ValueError, match="seed"):
+        _build().set_extra_state({"seed": "x", "draws": 0})
