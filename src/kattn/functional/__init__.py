@@ -16,6 +16,13 @@ from .decay import (
     decay_prefill,
     decay_step,
 )
+from .gated_linear import (
+    gated_linear_attention,
+    gated_linear_attention_prefill,
+    gated_linear_attention_reference,
+    gated_linear_attention_step,
+    gated_log_weights,
+)
 from .gaussian import (
     gaussian_attention,
     gaussian_attention_reference,
@@ -158,6 +165,11 @@ __all__ = [
     "decay_step",
     "exp_nonpositive",
     "fft_length",
+    "gated_linear_attention",
+    "gated_linear_attention_prefill",
+    "gated_linear_attention_reference",
+    "gated_linear_attention_step",
+    "gated_log_weights",
     "gaussian_attention",
     "gaussian_attention_reference",
     "gaussian_kernel",
