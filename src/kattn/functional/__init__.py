@@ -9,6 +9,16 @@ from .bigbird import (
     bigbird_layout,
     bigbird_pattern,
 )
+from .clustered import (
+    cluster_centroids,
+    cluster_queries,
+    clustered_attention,
+    clustered_attention_reference,
+    hamming_kmeans,
+    hash_queries,
+    improved_clustered_attention,
+    improved_clustered_attention_reference,
+)
 from .decay import (
     decay_init_state,
     decay_linear_attention,
@@ -158,6 +168,10 @@ __all__ = [
     "block_sparse_attention",
     "block_sparse_attention_with_globals",
     "blocked_is_cheaper",
+    "cluster_centroids",
+    "cluster_queries",
+    "clustered_attention",
+    "clustered_attention_reference",
     "decay_init_state",
     "decay_linear_attention",
     "decay_log_coefficients",
@@ -178,6 +192,10 @@ __all__ = [
     "guard_normaliser",
     "hadamard_matrix",
     "hadamard_transform",
+    "hamming_kmeans",
+    "hash_queries",
+    "improved_clustered_attention",
+    "improved_clustered_attention_reference",
     "informer_attention",
     "informer_attention_reference",
     "informer_factor",
