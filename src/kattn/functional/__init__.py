@@ -108,6 +108,15 @@ from .simpletron import (
     simpletron_prefill,
     simpletron_step,
 )
+from .sinkhorn import (
+    sinkhorn_allowed,
+    sinkhorn_attention,
+    sinkhorn_attention_reference,
+    sinkhorn_block_summaries,
+    sinkhorn_normalise,
+    sinkhorn_normalise_reference,
+    sinkhorn_num_blocks,
+)
 from .smyrf import (
     SmyrfOrders,
     smyrf_attention,
@@ -239,6 +248,13 @@ __all__ = [
     "simpletron_init_state",
     "simpletron_prefill",
     "simpletron_step",
+    "sinkhorn_allowed",
+    "sinkhorn_attention",
+    "sinkhorn_attention_reference",
+    "sinkhorn_block_summaries",
+    "sinkhorn_normalise",
+    "sinkhorn_normalise_reference",
+    "sinkhorn_num_blocks",
     "skyformer_attention",
     "skyformer_attention_reference",
     "skyformer_landmarks",
