@@ -147,6 +147,16 @@ from .sparse_transformer import (
     sparse_transformer_attention_reference,
     sparse_transformer_pattern,
 )
+from .synthesizer import (
+    DenseWeights,
+    dense_synthesizer_logits,
+    factorized_dense_logits,
+    factorized_dense_logits_reference,
+    factorized_random_logits,
+    random_synthesizer_logits,
+    synthesizer_attention,
+    synthesizer_attention_reference,
+)
 from .toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense, toeplitz_matmul
 from .toeplitz2d import rpe2d_linear_attention_fft, toeplitz2d_dense_log
 
@@ -154,6 +164,7 @@ __all__ = [
     "BandedState",
     "BigBirdLayout",
     "DenseRows",
+    "DenseWeights",
     "InformerSample",
     "KVCache",
     "LinearState",
@@ -186,7 +197,11 @@ __all__ = [
     "decay_log_coefficients",
     "decay_prefill",
     "decay_step",
+    "dense_synthesizer_logits",
     "exp_nonpositive",
+    "factorized_dense_logits",
+    "factorized_dense_logits_reference",
+    "factorized_random_logits",
     "fft_length",
     "gated_linear_attention",
     "gated_linear_attention_prefill",
@@ -239,6 +254,7 @@ __all__ = [
     "nystromformer_attention_reference",
     "nystromformer_conv_skip",
     "nystromformer_conv_skip_reference",
+    "random_synthesizer_logits",
     "rpe2d_linear_attention_fft",
     "rpe_linear_attention_blocked",
     "rpe_linear_attention_fft",
@@ -273,6 +289,8 @@ __all__ = [
     "sparse_transformer_attention",
     "sparse_transformer_attention_reference",
     "sparse_transformer_pattern",
+    "synthesizer_attention",
+    "synthesizer_attention_reference",
     "toeplitz2d_dense_log",
     "toeplitz_dense",
     "toeplitz_matmul",
