@@ -93,6 +93,12 @@ from .nystrom import (
     skyformer_attention_reference,
     skyformer_landmarks,
 )
+from .reformer import (
+    lsh_buckets,
+    reformer_attention,
+    reformer_attention_reference,
+    reformer_num_buckets,
+)
 from .rpe_blocked import (
     DenseRows,
     RowLogCoefficients,
@@ -248,6 +254,7 @@ __all__ = [
     "local_step",
     "longformer_attention",
     "longformer_pattern",
+    "lsh_buckets",
     "merge_partial_attention",
     "next_power_of_two",
     "nystromformer_attention",
@@ -255,6 +262,9 @@ __all__ = [
     "nystromformer_conv_skip",
     "nystromformer_conv_skip_reference",
     "random_synthesizer_logits",
+    "reformer_attention",
+    "reformer_attention_reference",
+    "reformer_num_buckets",
     "rpe2d_linear_attention_fft",
     "rpe_linear_attention_blocked",
     "rpe_linear_attention_fft",

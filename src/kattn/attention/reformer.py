@@ -1,0 +1,255 @@
+"""Reformer LSH attention (Kitaev, Kaiser and Levskaya, "Reformer: The Efficient Transformer",
+ICLR 2020, §2 and App. A): softmax within the chunks of a hash-sorted order, several rounds.
+
+How it differs from the released implementations (read, not copied):
+
+- trax (``LSHSelfAttention``) and reformer-pytorch (``LSHAttention``) let the first chunk of a
+  round look back into the last chunk of the previous round (they roll over the concatenated
+  rounds); here each round's first chunk reads only itself, as the paper's chunk rule says.
+- reformer-pytorch counts a key that two rounds hold once per round by default
+  (``allow_duplicate_attention=True``); here it counts once, the paper's App. A correction.
+- trax, HF ``transformers`` and reformer-pytorch forbid attending to oneself with a large
+  negative logit (−1e5 / −5e4), so a token with nothing else to read gets weight 1 on itself;
+  here that rule is exact: the own value is used if and only if no round holds another key.
+- reformer-pytorch uses ``L/bucket_size`` buckets and needs L to be a multiple of
+  ``2·bucket_size``; HF rounds ``2L/chunk`` down to a power of two; here ``nb = 2·⌈L/m⌉`` (the
+  paper's ``m = 2l/n_buckets``) and any L works (the last chunk may be partial).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..checks import boolean, int_at_least, positive_float_or_none, positive_int
+from ..features.base import in_backward
+from ..functional.reformer import (
+    reformer_attention,
+    reformer_attention_reference,
+    reformer_num_buckets,
+)
+from ..registry import register_mechanism
+from .base import Attention
+
+#: eval rotations kept per module (one per number of buckets and device).
+_CACHED_ROTATIONS = 8
+
+
+class ReformerAttention(Attention):
+    """LSH attention (Kitaev et al. 2020, §2): per round, angular LSH ``h(x) =
+    argmax([xR; −xR])`` with a random Gaussian ``R (D, nb/2)`` per head, a sort by (bucket,
+    position), and softmax attention of each chunk of ``bucket_size`` sorted positions over
+    itself and the chunk before it; ``num_hashes`` rounds make one softmax over the union, a
+    key held by several rounds counted once (App. A). A token never reads itself unless no
+    round gives it any other key (then its output is its own value). Positions marked as
+    padding are sorted after the real ones and count nowhere. See
+    :mod:`kattn.functional.reformer` for the exact pattern. O(R·(L·log L + L·nb·D +
+    L·m·(D + Dv))) time and O(R·L·(m + D + Dv)) memory, nb = 2·⌈L/m⌉ buckets.
+
+    Shared QK (``shared_qk=True``, the paper's setting, §2): **the given k is not read**;
+    the keys are ``q_j/‖q_j‖`` and the logits ``q_i·k_j/√D``. k still receives a gradient, of
+    zeros (the output does not depend on it). ``shared_qk=False`` (an extension): k is hashed
+    with the same rotations as q and sorted on its own, query chunk n reading key chunks
+    n − 1 and n; the self rule then concerns key i, the one at query i's position.
+
+    ``attend_across_buckets=True`` (trax, HF and reformer-pytorch): every key in the two
+    chunks counts; False: only those of the query's bucket (the paper's ``P_i``).
+
+    Randomness: the rotations come from a generator owned by the module, seeded from
+    ``seed`` (never torch's global RNG), the same for every batch item, so a sequence's
+    output does not depend on the rest of its batch. In ``eval()`` the draw is fixed per
+    number of buckets; in training each forward draws afresh (draw 1, 2, … of a sequence fixed
+    by the seed; the forward that activation checkpointing re-runs reuses its draw). The seed
+    and the number of training draws are the module's extra state in ``state_dict()``.
+
+    Causal: no query reads a later key or value (masked by original position), but, as in
+    the paper and trax, the sorted order that decides which earlier keys share a query's
+    chunks is that of the whole sequence, so a later token's bucket can change which earlier
+    keys a query reads. Cross-attention is not defined (a query's keys are those sorted next
+    to it in the same sequence), and there is no recurrent form (the sort needs the whole
+    sequence).
+
+    Args:
+        bucket_size: m, positions per chunk of the sorted order (the paper's chunk length).
+        num_hashes: R, rounds of hashing.
+        shared_qk: keys are the unit-normalised queries (k not read) when True.
+        attend_across_buckets: whether keys of another bucket in the chunks count.
+        seed: the seed of the rotations, an int >= 0.
+        scale: logit scale, default ``1/√D``.
+    """
+
+    is_exact = False
+    supports_cross = False
+    supports_recurrent = False
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        num_heads: int,
+        max_len: int | None = None,
+        bucket_size: int = 64,
+        num_hashes: int = 2,
+        shared_qk: bool = True,
+        attend_across_buckets: bool = True,
+        seed: int = 0,
+        scale: float | None = None,
+    ) -> None:
+        super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        self._check_option_types(
+            bucket_size=bucket_size,
+            num_hashes=num_hashes,
+            shared_qk=shared_qk,
+            attend_across_buckets=attend_across_buckets,
+            seed=seed,
+            scale=scale,
+        )
+        self.bucket_size = positive_int("bucket_size", bucket_size)
+        self.num_hashes = positive_int("num_hashes", num_hashes)
+        self.shared_qk = boolean("shared_qk", shared_qk)
+        self.attend_across_buckets = boolean("attend_across_buckets", attend_across_buckets)
+        self.seed = int_at_least("seed", seed, 0)
+        self.scale = positive_float_or_none("scale", scale)
+        self._draws = 0  # training draws so far
+        self._rotations: dict[tuple[Any, ...], Tensor] = {}
+
+    # ---------------------------------------------------------------------------- rotations
+    def rotations(self, length: int, *, device: torch.device | str | None = None) -> Tensor:
+        """The evaluation-mode rotations for ``length`` tokens, ``(H, D, R, nb/2)`` fp64,
+        nb = ``reformer_num_buckets(length, bucket_size)`` (cached)."""
+        nb = reformer_num_buckets(length, self.bucket_size)
+        key = (self.seed, nb, str(torch.device(device or "cpu")))
+        if key not in self._rotations:
+            if len(self._rotations) >= _CACHED_ROTATIONS:
+                self._rotations.pop(next(iter(self._rotations)))
+            self._rotations[key] = self._draw(nb, 0, device)
+        return self._rotations[key]
+
+    def _draw(self, nb: int, draw: int, device: Any) -> Tensor:
+        """Draw ``draw`` (0 for eval, 1, 2, … in training) of i.i.d. N(0, 1) rotations for nb
+        buckets, from a generator seeded by the module's seed and these two."""
+        generator = torch.Generator().manual_seed(_mix(self.seed, draw, nb))
+        shape = (self.num_heads, self.head_dim, self.num_hashes, nb // 2)
+        return torch.randn(shape, generator=generator, dtype=torch.float64).to(device)
+
+    def _current_rotations(self, length: int, device: Any) -> Tensor:
+        if not self.training:
+            return self.rotations(length, device=device)
+        if not in_backward():
+            self._draws += 1
+        return self._draw(reformer_num_buckets(length, self.bucket_size), self._draws, device)
+
+    # ------------------------------------------------------------------------------ forward
+    def _why_not(self, capability: str) -> str:
+        if capability == "cross":
+            return (
+                ": a query's keys are the tokens sorted next to it by hash in the same "
+                "sequence, so queries and keys must be the same positions (Lq == Lk)"
+            )
+        return ""
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "bucket_size": self.bucket_size,
+            "shared_qk": self.shared_qk,
+            "attend_across_buckets": self.attend_across_buckets,
+            "scale": self.scale,
+        }
+
+    def _attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        rotations = self._current_rotations(q.shape[2], q.device)
+        out = reformer_attention(
+            q,
+            k,
+            v,
+            rotations,
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            **self._options(),
+        )
+        return _zero_gradient_to(k, out) if self.shared_qk else out
+
+    def _reference(
+        self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
+    ) -> Tensor:
+        out = reformer_attention_reference(
+            q,
+            k,
+            v,
+            self.rotations(q.shape[2], device=q.device),
+            causal=causal,
+            key_padding_mask=key_padding_mask,
+            **self._options(),
+        )
+        return _zero_gradient_to(k, out) if self.shared_qk else out
+
+    # -------------------------------------------------------------------------------- state
+    def get_extra_state(self) -> dict[str, int]:
+        """The seed and the number of training draws: a reloaded module has the same eval
+        rotations and continues the same sequence of training draws."""
+        return {"seed": self.seed, "draws": self._draws}
+
+    def set_extra_state(self, state: Any) -> None:
+        ok = isinstance(state, dict) and all(
+            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
+        )
+        if not ok:
+            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
+        self.seed, self._draws = state["seed"], state["draws"]
+        self._rotations.clear()
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
+            f"bucket_size={self.bucket_size}, num_hashes={self.num_hashes}, "
+            f"shared_qk={self.shared_qk}, attend_across_buckets={self.attend_across_buckets}, "
+            f"seed={self.seed}, scale={self.scale}"
+        )
+
+
+class _ZeroGradientTo(torch.autograd.Function):
+    """Identity on ``out`` that gives ``unused`` a zero gradient: the shared-QK output does
+    not depend on the given k, whose gradient is therefore exactly zero (not missing)."""
+
+    @staticmethod
+    def forward(ctx: Any, unused: Tensor, out: Tensor) -> Tensor:
+        ctx.unused_meta = (unused.shape, unused.dtype, unused.device)
+        return out.view_as(out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
+        shape, dtype, device = ctx.unused_meta
+        return torch.zeros(shape, dtype=dtype, device=device), grad
+
+
+def _zero_gradient_to(unused: Tensor, out: Tensor) -> Tensor:
+    if not (unused.requires_grad and torch.is_grad_enabled()):
+        return out
+    result: Tensor = _ZeroGradientTo.apply(unused, out)
+    return result
+
+
+def _mix(seed: int, draw: int, nb: int) -> int:
+    """A 63-bit generator seed from the module's seed, the draw number and nb (a hash, so
+    that nearby arguments give unrelated streams)."""
+    digest = hashlib.sha256(f"reformer/{seed}/{draw}/{nb}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+register_mechanism(
+    "reformer",
+    ReformerAttention,
+    summary="LSH attention: softmax within chunks of a hash-sorted order (shared QK, angular "
+    "LSH, several rounds, keys held by two rounds counted once).",
+    reference="Kitaev, Kaiser and Levskaya, Reformer: The Efficient Transformer, ICLR 2020",
+    complexity="O(R·(L·log L + L·nb·D + L·m·(D + Dv))) time, O(R·L·(m + D + Dv)) memory "
+    "(R = num_hashes rounds, m = bucket_size, nb = 2·⌈L/m⌉ buckets)",
+    colour="#b15928",
+    approximates="softmax",
+    size_option=None,
+)

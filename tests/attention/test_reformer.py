@@ -1,0 +1,306 @@
+"""Reformer LSH attention: the hash, the dense reference against a pair-by-pair construction
+of the paper's rule, the chunked path against the reference (forward and gradients), the
+self rule, shared QK, causality, padding, half precision, the module's seeded rotations and
+the option checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
+
+import kattn
+from kattn.functional import (
+    lsh_buckets,
+    reformer_attention,
+    reformer_attention_reference,
+    reformer_num_buckets,
+)
+
+from ..helpers import assert_close, grads, padding_mask, qkv
+
+H = 2
+MODES = {  # shared_qk, attend_across_buckets
+    "shared": (True, True),
+    "shared-same-bucket": (True, False),
+    "separate": (False, True),
+    "separate-same-bucket": (False, False),
+}
+
+
+def _rotations(length: int, bucket_size: int, rounds: int, d: int = 16, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    nb = reformer_num_buckets(length, bucket_size)
+    return torch.randn(H, d, rounds, nb // 2, generator=g, dtype=torch.float64)
+
+
+def _brute_force(q, k, v, rotations, *, m, causal, pad, shared_qk, across):
+    """The paper's rule pair by pair: per round, sort by (bucket, position) with padded
+    positions last, chunk of m, keys of the own and the previous chunk (the same bucket unless
+    ``across``), not itself, not later when causal, not padded; one softmax over the union of
+    the rounds with each key once; the own value when the union is empty."""
+    hq = lsh_buckets(q, rotations)
+    hk = hq if shared_qk else lsh_buckets(k, rotations)
+    keys = q / q.norm(dim=-1, keepdim=True) if shared_qk else k
+    b_, h_, length, d = q.shape
+    out = torch.zeros(b_, h_, length, v.shape[-1], dtype=torch.float64)
+    for b in range(b_):
+        p = pad[b].tolist()
+        for h in range(h_):
+            cq, ck = [], []  # per round: position -> chunk of its sorted slot
+            for r in range(rotations.shape[2]):
+                for hashes, chunk_of in ((hq, cq), (hk, ck)):
+                    sort_key = [
+                        (p[i], 0 if p[i] else int(hashes[b, h, r, i]), i) for i in range(length)
+                    ]
+                    order = sorted(range(length), key=sort_key.__getitem__)
+                    chunk_of.append({pos: slot // m for slot, pos in enumerate(order)})
+            for i in range(length):
+                union = set()
+                for r in range(rotations.shape[2]):
+                    for j in range(length):
+                        if p[j] or j == i or (causal and j > i):
+                            continue
+                        if not across and hq[b, h, r, i] != hk[b, h, r, j]:
+                            continue
+                        if ck[r][j] in (cq[r][i] - 1, cq[r][i]):
+                            union.add(j)
+                if not union:
+                    out[b, h, i] = 0.0 if p[i] else v[b, h, i]
+                    continue
+                js = sorted(union)
+                logits = torch.stack([q[b, h, i] @ keys[b, h, j] for j in js]) / math.sqrt(d)
+                out[b, h, i] = torch.softmax(logits, 0) @ v[b, h, js]
+    return out
+
+
+def test_the_hash_is_the_argmax_over_the_rotations_and_their_negations():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, H, 300, 16, generator=g, dtype=torch.float64)
+    rot = torch.randn(H, 16, 3, 5, generator=g, dtype=torch.float64)
+    proj = torch.einsum("bhld,hdrn->bhrln", x, rot)
+    expected = torch.cat([proj, -proj], dim=-1).argmax(dim=-1)
+    assert torch.equal(lsh_buckets(x, rot), expected)
+    assert torch.equal(lsh_buckets(3.5 * x, rot), expected)  # angular: scale-free
+    assert lsh_buckets(x, rot).unique().numel() == 10
+    ties = torch.ones(1, 1, 4, 2, dtype=torch.float64)  # xR = (2, 2): the first maximum
+    assert (
+        lsh_buckets(ties, torch.ones(1, 2, 1, 2, dtype=torch.float64)).flatten().tolist() == [0] * 4
+    )
+
+
+def test_the_number_of_buckets_gives_chunks_twice_the_mean_bucket():
+    assert reformer_num_buckets(4096, 64) == 128  # m = 2l/n_buckets
+    assert reformer_num_buckets(100, 64) == 4
+    assert reformer_num_buckets(10, 64) == 2
+    attn = kattn.build("reformer", head_dim=16, num_heads=H)
+    assert attn.rotations(1000).shape == (H, 16, 2, 16)  # 2 rounds, nb/2 = ⌈1000/64⌉
+    rot = attn.rotations(1000)
+    assert not torch.equal(rot[0], rot[1])  # a draw per head
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_the_reference_is_the_papers_rule_pair_by_pair(mode, causal):
+    shared_qk, across = MODES[mode]
+    q, k, v = qkv(2, H, 23, dv=3)
+    pad = padding_mask(2, 23, (0, 5))
+    rot = _rotations(23, 4, 3)
+    kw = {"causal": causal, "key_padding_mask": pad, "shared_qk": shared_qk}
+    ref = reformer_attention_reference(
+        q, k, v, rot, bucket_size=4, attend_across_buckets=across, **kw
+    )
+    brute = _brute_force(
+        q, k, v, rot, m=4, causal=causal, pad=pad, shared_qk=shared_qk, across=across
+    )
+    assert_close(ref, brute)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_the_chunked_path_equals_the_reference(mode, causal):
+    """L = 61 with chunks of 4 (a partial last chunk), 3 rounds, padding with NaN and inf in
+    the padded keys and values; forward and every gradient."""
+    shared_qk, across = MODES[mode]
+    q, k, v = qkv(2, H, 61, dv=5, requires_grad=True)
+    pad = padding_mask(2, 61, (0, 13))
+    rot = _rotations(61, 4, 3)
+    kw = {"bucket_size": 4, "causal": causal, "key_padding_mask": pad}
+    kw |= {"shared_qk": shared_qk, "attend_across_buckets": across}
+    out = reformer_attention(q, k, v, rot, **kw)
+    ref = reformer_attention_reference(q, k, v, rot, **kw)
+    assert_close(out, ref)
+    inputs = (q, v) if shared_qk else (q, k, v)
+    for g, g_ref in zip(grads(out, *inputs), grads(ref, *inputs), strict=True):
+        assert_close(g, g_ref)
+    k2, v2 = k.detach().clone(), v.detach().clone()
+    k2[1, :, 48:], v2[1, :, 48:] = float("nan"), float("inf")
+    out2 = reformer_attention(q.detach(), k2, v2, rot, **kw)
+    assert torch.isfinite(out2).all()
+    assert_close(out2, out.detach())
+
+
+def test_the_module_path_equals_its_reference_and_its_rotations():
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=8, num_hashes=3)
+    attn = attn.double().eval()
+    q, k, v = qkv(2, H, 70, requires_grad=True)
+    pad = padding_mask(2, 70, (3, 0))
+    out = attn(q, k, v, causal=True, key_padding_mask=pad)
+    ref = attn.reference(q, k, v, causal=True, key_padding_mask=pad)
+    assert_close(out, ref)
+    rot = attn.rotations(70)
+    assert rot.shape == (H, 16, 3, reformer_num_buckets(70, 8) // 2)
+    by_hand = reformer_attention_reference(
+        q, k, v, rot, bucket_size=8, causal=True, key_padding_mask=pad
+    )
+    assert_close(ref, by_hand)
+    for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert_close(g, g_ref)
+
+
+def test_one_chunk_is_softmax_over_every_other_token():
+    """L <= bucket_size: a single chunk, so each query reads every key but itself (counted
+    once however many rounds hold it), the keys being the unit-normalised queries."""
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, num_hashes=4).double().eval()
+    q, k, v = qkv(1, H, 40)
+    keys = q / q.norm(dim=-1, keepdim=True)
+    logits = (q @ keys.transpose(-1, -2)) / 4.0
+    logits = logits.masked_fill(torch.eye(40, dtype=torch.bool), -math.inf)
+    assert_close(attn(q, k, v), torch.softmax(logits, dim=-1) @ v)
+
+
+def test_a_token_reads_itself_only_when_nothing_else_is_available():
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().eval()
+    q, k, v = qkv(1, H, 30)
+    out = attn(q, k, v, causal=True)
+    assert_close(out[:, :, 0], v[:, :, 0])  # the first causal token: itself only
+    pad = padding_mask(1, 30, (29,))  # one real key: token 0 has no other key
+    out = attn(q, k, v, key_padding_mask=pad)
+    assert_close(out[:, :, 0], v[:, :, 0])
+    one = torch.ones(1, H, 2, 16, dtype=torch.float64)  # two tokens: each reads the other
+    values = torch.tensor([[1.0], [2.0]], dtype=torch.float64).expand(1, H, 2, 1)
+    assert attn(one, one, values).flatten().tolist() == [2.0, 1.0] * H
+
+
+def test_shared_qk_does_not_read_k_and_gives_it_zero_gradient():
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=8).double().eval()
+    q, k, v = qkv(2, H, 50, requires_grad=True)
+    other = qkv(2, H, 50, seed=9)[1]
+    out = attn(q, k, v)
+    assert_close(attn(q, other, v), out)
+    (out**2).sum().backward()
+    assert k.grad is not None and torch.equal(k.grad, torch.zeros_like(k))
+    separate = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=8, shared_qk=False)
+    separate = separate.double().eval()
+    assert not torch.allclose(separate(q, k, v), separate(q, other, v))
+
+
+@pytest.mark.parametrize("shared_qk", [True, False], ids=["shared", "separate"])
+def test_causal_outputs_never_read_later_keys_or_values(shared_qk):
+    """Later values replaced, later keys and queries scaled by positive factors (their
+    buckets, hence the sorted order, unchanged): earlier outputs stay the same. (Changing a
+    later token's bucket can change which earlier keys share a chunk: see the docstring.)"""
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4, shared_qk=shared_qk)
+    attn = attn.double().eval()
+    q, k, v = qkv(2, H, 45)
+    out = attn(q, k, v, causal=True)
+    cut = 20
+    q2, k2, v2 = q.clone(), k.clone(), v.clone()
+    q2[:, :, cut:] *= 7.0
+    k2[:, :, cut:] *= 3.0
+    v2[:, :, cut:] = 100 * torch.randn_like(v2[:, :, cut:])
+    out2 = attn(q2, k2, v2, causal=True)
+    assert_close(out2[:, :, :cut], out[:, :, :cut])
+    assert not torch.allclose(out2[:, :, cut:], out[:, :, cut:])
+
+
+def test_padded_positions_count_nowhere_even_as_queries_in_the_sort():
+    """Padded queries and keys changed at will (new buckets included): the real outputs
+    are the same, since padded positions are sorted after the real ones."""
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4, shared_qk=False)
+    attn = attn.double().eval()
+    q, k, v = qkv(2, H, 37)
+    pad = padding_mask(2, 37, (6, 11))
+    out = attn(q, k, v, key_padding_mask=pad)
+    where = pad[:, None, :, None]
+    g = torch.Generator().manual_seed(3)
+    q2, k2, v2 = (
+        torch.where(where, 30 * torch.randn(x.shape, generator=g, dtype=x.dtype), x)
+        for x in (q, k, v)
+    )
+    out2 = attn(q2, k2, v2, key_padding_mask=pad)
+    for row in range(2):
+        keep = ~pad[row]
+        assert_close(out2[row][:, keep], out[row][:, keep])
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_a_fully_padded_sequence_gives_zeros_and_finite_gradients(causal):
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().eval()
+    q, k, v = qkv(2, H, 21, requires_grad=True)
+    pad = padding_mask(2, 21, (0, 21))
+    out = attn(q, k, v, causal=causal, key_padding_mask=pad)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    ref = attn.reference(q, k, v, causal=causal, key_padding_mask=pad)
+    for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert torch.isfinite(g).all()
+        assert_close(g, g_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_precision_inputs_give_a_close_output_in_their_dtype(dtype):
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=8).eval()
+    q, k, v = (x.to(dtype) for x in qkv(2, H, 90, dtype=torch.float32, scale=2.0))
+    out = attn(q, k, v, causal=True)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    ref = attn(q.float(), k.float(), v.float(), causal=True)
+    assert (out.float() - ref).norm() / ref.norm() < 0.02
+
+
+def test_eval_is_fixed_per_seed_and_independent_of_the_batch():
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().eval()
+    q, k, v = qkv(3, H, 33)
+    torch.manual_seed(1)
+    out = attn(q, k, v)
+    torch.manual_seed(2)
+    assert torch.equal(attn(q, k, v), out)
+    assert_close(attn(q[1:2], k[1:2], v[1:2]), out[1:2])
+    other = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4, seed=5).double()
+    assert not torch.allclose(other.eval()(q, k, v), out)
+
+
+def test_training_redraws_each_forward_reuses_it_under_checkpointing_and_state_dict_resumes():
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().train()
+    q, k, v = qkv(1, H, 40, requires_grad=True)
+    first, second = attn(q, k, v), attn(q, k, v)
+    assert not torch.allclose(first, second)
+    assert attn.get_extra_state() == {"seed": 0, "draws": 2}
+    out = checkpoint(attn, q, k, v, use_reentrant=False)
+    out.sum().backward()  # the recomputation inside backward reuses draw 3
+    assert attn.get_extra_state()["draws"] == 3
+    clone = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().train()
+    clone.load_state_dict(attn.state_dict())
+    assert torch.equal(clone(q, k, v), attn(q, k, v))  # both take draw 4
+    with pytest.raises(ValueError, match="draws"):
+        clone.set_extra_state({"seed": 0})
+
+
+def test_options_and_refusals():
+    attn = kattn.build("reformer", head_dim=16, num_heads=H, max_len=64)
+    assert attn.bucket_size == 64 and attn.num_hashes == 2 and attn.shared_qk
+    assert attn.attend_across_buckets and not attn.is_exact
+    assert kattn.spec("reformer").supports_causal and not kattn.spec("reformer").supports_cross
+    q, k, v = qkv(1, H, 10, dtype=torch.float32)
+    with pytest.raises(NotImplementedError, match="Lq == Lk"):
+        attn(q, k[:, :, :7], v[:, :, :7])
+    with pytest.raises(NotImplementedError, match="recurrent"):
+        attn.init_state(1, H)
+    for bad in ({"bucket_size": 0}, {"num_hashes": 0}, {"seed": -1}):
+        with pytest.raises(ValueError):
+            kattn.build("reformer", head_dim=16, num_heads=H, **bad)
+    with pytest.raises(TypeError, match="shared_qk"):
+        kattn.build("reformer", head_dim=16, num_heads=H, shared_qk=1)
+    with pytest.raises(ValueError, match="rotations"):
+        lsh_buckets(q, torch.randn(3, 16, 1, 2))
