@@ -81,5 +81,7 @@ NOT_MEASURED: list[NotMeasured] = [
     N("docs/reproducing-lra.md", "the standard error of an accuracy near 40% is 1.1 points", False,
       "arithmetic: √(0.4·0.6/2000)"),
     N("docs/sparse.md", "Child et al. 2019, §4.2–4.3", False, "a section of a paper"),
+    N("docs/api.md", "Vyas et al. 2020 §3.2–3.3", False, "a section of a paper"),
+    N("docs/api.md", "Peng et al. 2021 §3.3", False, "a section of a paper"),
     N("docs/sparse.md", "(standard error about 1.1 points)", False, "arithmetic: √(0.4·0.6/2000)"),
 ]  # fmt: skip
