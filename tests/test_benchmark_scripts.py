@@ -159,3 +159,21 @@ def test_sparse_speed_quick_run_writes_results(tmp_path):
     }
     text = md.read_text()
     assert "## `local` against its FLOP lower bound" in text and "## Targets" in text
+
+
+def test_baselines_speed_quick_run_writes_results(tmp_path):
+    run_quick("baselines_speed.py", tmp_path)
+    (md,) = tmp_path.glob("baselines-*-quick.md")
+    (js,) = tmp_path.glob("baselines-*-quick.json")
+    report = json.loads(js.read_text())
+    names = set(report["train_seconds"]["512"])
+    assert {"sdpa", "reformer", "clustered", "informer", "rfa_gate causal"} <= names
+    assert max(report["correctness"].values()) < 1e-6  # fast paths against their references
+    assert "| target | measured | goal | met |" in md.read_text()
+
+
+def test_rfa_gate_speed_quick_run_writes_results(tmp_path):
+    run_quick("rfa_gate_speed.py", tmp_path)
+    (md,) = tmp_path.glob("rfa-gate-*-quick.md")
+    (js,) = tmp_path.glob("rfa-gate-*-quick.json")
+    assert json.loads(js.read_text()) and md.read_text().startswith("#")

@@ -1,0 +1,240 @@
+"""Speed and peak memory of the content-based and learned baselines against dense softmax and
+against the peer packages, on the CPU.
+
+One run on one machine: B=1, H=4, D=Dv=64, fp32, L = 1K, 4K, 16K, every mechanism with its
+registered defaults (``kattn.build(name, head_dim=64, num_heads=4, max_len=L)``).
+
+* Non-causal rows: the dense baseline ``sdpa`` (PyTorch's fused
+  ``scaled_dot_product_attention``), ``reformer`` (Kitaev et al. 2020), ``smyrf`` (Daras et al.
+  2020), ``clustered`` and ``improved_clustered`` (Vyas et al. 2020), ``sinkhorn`` (Tay et al.
+  2020), ``synthesizer`` (Tay et al. 2021) and ``informer`` (Zhou et al. 2021); and, where the
+  packages are importable (``--peer-site`` adds a site-packages folder to the path), lucidrains'
+  ``reformer-pytorch`` ``LSHAttention`` (bucket 64, 2 hashes, as kattn's defaults) and
+  ``sinkhorn-transformer`` ``SinkhornAttention`` (block 64, as kattn's). Rows whose
+  ``(B, H, L, L)`` fp32 scores exceed ``--memory-cap-gb`` (SDPA's time grows with them,
+  synthesizer stores them) are skipped at that length, with a note.
+* Causal rows: ``rfa`` and ``rfa_gate`` (Peng et al. 2021), for the gate's cost.
+* Forward + backward of ``out`` against a fixed random gradient, and the forward alone under
+  ``torch.no_grad()``: the median over interleaved rounds of the median of the calls in each
+  round; the peak memory of one call (PyTorch profiler allocation records; inputs excluded).
+
+Results go to ``benchmarks/results/baselines-<machine>-torch<version>-kattn<version>.{json,md}``.
+
+    python benchmarks/baselines_speed.py --peer-site DIR --peer-site DIR2   # the committed run
+    python benchmarks/baselines_speed.py --quick                          # a smoke run
+
+(DIR, DIR2: the site-packages of scratch venvs with ``pip install reformer-pytorch`` and
+``pip install sinkhorn-transformer``, outside the repository.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import kattn
+from baselines_speed_report import render, targets
+from kattn.bench import machine_info, peak_memory_bytes, results_stem, write_results
+from sparse_speed import Dense, forward_fn, inputs, timed_rounds, train_fn
+from sparse_speed_report import SDPA, dense_fits, score_bytes
+
+RESULTS = Path(__file__).resolve().parent / "results"
+B, H, D = 1, 4, 64
+NON_CAUSAL = ("reformer", "smyrf", "clustered", "improved_clustered", "sinkhorn", "synthesizer",
+              "informer")  # fmt: skip
+CAUSAL = ("rfa", "rfa_gate")
+#: rows that store (L, L) scores, run only where they fit under the cap
+QUADRATIC = (SDPA, "synthesizer")
+REFORMER_PEER, SINKHORN_PEER = "reformer-pytorch", "sinkhorn-transformer"
+
+
+class _Causal(torch.nn.Module):
+    """A mechanism called with ``causal=True``."""
+
+    def __init__(self, attn: torch.nn.Module) -> None:
+        super().__init__()
+        self.attn = attn
+
+    def forward(self, q, k, v):
+        return self.attn(q, k, v, causal=True)
+
+
+class _ReformerPeer(torch.nn.Module):
+    """reformer-pytorch's LSH attention on (B·H, L, D) with shared query/keys (k is not read,
+    as in kattn's ``reformer`` default)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from reformer_pytorch import LSHAttention
+
+        self.lsh = LSHAttention(bucket_size=64, n_hashes=2).eval()
+
+    def forward(self, q, k, v):
+        b, h, n, d = q.shape
+        return self.lsh(q.reshape(b * h, n, d), v.reshape(b * h, n, d))[0].view(b, h, n, d)
+
+
+class _SinkhornPeer(torch.nn.Module):
+    """sinkhorn-transformer's ``SinkhornAttention`` on (B, H, L, D), block 64."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        for name, attrs in {  # modules the package imports for other layers than this one
+            "local_attention": ["LocalAttention"],
+            "axial_positional_embedding": ["AxialPositionalEmbedding"],
+            "product_key_memory": ["PKM"],
+        }.items():
+            try:
+                __import__(name)
+            except ImportError:
+                stub = types.ModuleType(name)
+                for attr in attrs:
+                    setattr(stub, attr, object)
+                sys.modules[name] = stub
+        from sinkhorn_transformer.sinkhorn_transformer import SinkhornAttention
+
+        self.attn = SinkhornAttention(64, H * D, D, H, max_seq_len=length).eval()
+
+    def forward(self, q, k, v):
+        return self.attn(q, k, v)
+
+
+def peers(notes: list[str]) -> list[str]:
+    """The peer rows that can be built here."""
+    found = []
+    for name, make in ((REFORMER_PEER, _ReformerPeer), (SINKHORN_PEER, lambda: _SinkhornPeer(64))):
+        try:
+            make()
+            found.append(name)
+        except ImportError as error:
+            notes.append(f"`{name}` not run: {error} (pass its site-packages with --peer-site).")
+    return found
+
+
+def build(row: str, length: int) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if row == SDPA:
+        return Dense()
+    if row == REFORMER_PEER:
+        return _ReformerPeer()
+    if row == SINKHORN_PEER:
+        return _SinkhornPeer(length)
+    name = row.removesuffix(" causal")
+    attn = kattn.build(name, head_dim=D, num_heads=H, max_len=length).eval()
+    return _Causal(attn) if row.endswith(" causal") else attn
+
+
+def rows_at(length: int, rows: list[str], cap_gb: float, notes: list[str]) -> list[str]:
+    if dense_fits(length, B, H, cap_gb * 2**30):
+        return rows
+    gib = score_bytes(length, B, H) / 2**30
+    notes.append(
+        f"L={length}: {', '.join(f'`{r}`' for r in QUADRATIC)} skipped, their (B, H, L, L) "
+        f"fp32 scores ({gib:.0f} GiB) exceed the {cap_gb:g} GiB cap."
+    )
+    return [r for r in rows if r not in QUADRATIC]
+
+
+def measure_length(length: int, rows: list[str], args, notes: list[str]) -> dict:
+    q, k, v, grad = inputs(length)
+    modules = {row: build(row, length) for row in rows_at(length, rows, args.memory_cap_gb, notes)}
+    fwd = {row: forward_fn(m, q, k, v) for row, m in modules.items()}
+    train = {row: train_fn(m, q, k, v, grad) for row, m in modules.items()}
+    fwd_mem = {row: peak_memory_bytes(fn) for row, fn in fwd.items()}  # also warms up
+    train_mem = {row: peak_memory_bytes(fn) for row, fn in train.items()}
+    rounds = args.rounds if length <= 4096 else args.long_rounds
+    f = timed_rounds(fwd, rounds, args.seconds, f"L={length} forward")
+    t = timed_rounds(train, rounds, args.seconds, f"L={length} forward+backward")
+    return {"forward": f, "train": t, "forward_memory": fwd_mem, "train_memory": train_mem}
+
+
+def check_correctness(rows: list[str], length: int) -> dict[str, float]:
+    """Max abs difference of each kattn row's fast path from its dense reference
+    (``Attention.reference``), both in float64 and in eval mode, at a short length: what the
+    paths compute, not fp32 rounding (which random-feature normalisers near zero amplify)."""
+    q, k, v = (x.double() for x in inputs(length, seed=1)[:3])
+    found = {}
+    for row in rows:
+        if row in (SDPA, REFORMER_PEER, SINKHORN_PEER):
+            continue
+        attn = build(row.removesuffix(" causal"), length).double()
+        causal = row.endswith(" causal")
+        with torch.no_grad():
+            out = attn(q, k, v, causal=causal)
+            ref = attn.reference(q, k, v, causal=causal)
+        found[row] = float((out - ref).abs().max())
+    return found
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", default="1024,4096,16384")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds, L ≤ 4096")
+    parser.add_argument("--long-rounds", type=int, default=3, help="rounds for L > 4096")
+    parser.add_argument("--seconds", type=float, default=0.3, help="per candidate per round")
+    parser.add_argument("--memory-cap-gb", type=float, default=2.0,
+                        help="run rows that store L×L scores only where these fit")  # fmt: skip
+    parser.add_argument("--peer-site", action="append", default=[], type=Path,
+                        help="a site-packages folder with a peer package (repeatable)")  # fmt: skip
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: torch's own, one per core)")  # fmt: skip
+    parser.add_argument("--quick", action="store_true", help="short lengths, 2 short rounds")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    if args.quick:
+        args.lengths, args.rounds, args.long_rounds, args.seconds = "256,512", 2, 2, 0.02
+    args.lengths = [int(x) for x in args.lengths.split(",")]
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    sys.path.extend(str(p) for p in args.peer_site)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    load_start, start = os.getloadavg(), time.perf_counter()
+    notes: list[str] = []
+    registered = set(kattn.available())
+    missing = [n for n in (*NON_CAUSAL, *CAUSAL) if n not in registered]
+    if missing:
+        notes.append(f"not registered, not run: {', '.join(missing)}.")
+    rows = [SDPA, *(n for n in NON_CAUSAL if n in registered), *peers(notes)]
+    rows += [f"{n} causal" for n in CAUSAL if n in registered]
+    correctness = check_correctness(rows, min(256, *args.lengths))
+    runs = {n: measure_length(n, rows, args, notes) for n in args.lengths}
+    report: dict[str, Any] = {
+        "machine": machine_info(),
+        "config": {
+            "batch": B,
+            "heads": H,
+            "head_dim": D,
+            "value_dim": D,
+            "dtype": "float32",
+            "rounds": f"{args.rounds} (L ≤ 4096), {args.long_rounds} (longer)",
+            "seconds_per_round": args.seconds,
+            "memory_cap_gb": args.memory_cap_gb,
+        },
+        "load_average": {"start": load_start, "end": os.getloadavg()},
+        "wall_seconds": time.perf_counter() - start,
+        "correctness": correctness,
+        "rows": rows,
+    }
+    for key in ("forward", "train"):
+        report[f"{key}_seconds"] = {str(n): r[key][0] for n, r in runs.items()}
+        report[f"{key}_round_seconds"] = {str(n): r[key][1] for n, r in runs.items()}
+        report[f"{key}_memory"] = {str(n): r[f"{key}_memory"] for n, r in runs.items()}
+    report["notes"] = notes
+    report["targets"] = targets(report)
+    stem = results_stem("baselines", report["machine"]) + ("-quick" if args.quick else "")
+    write_results(args.out, stem, report, render(report))
+
+
+if __name__ == "__main__":
+    main()
