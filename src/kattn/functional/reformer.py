@@ -306,29 +306,26 @@ class _ChunkPlan:
         self.groups = [(c0, min(lp // m, c0 + step)) for c0 in range(0, lp // m, step)]
 
     def read(self, c0: int, c1: int) -> tuple[Tensor, Tensor, Tensor]:
-        """(q rows, key window rows, out rows) of chunks c0..c1, flat int64 indices."""
+        """Flat int64 rows of chunks c0..c1: the queries ``(N·c·m,)``, the keys of each
+        chunk's window of two blocks ``(N·c·2m,)`` and the outputs ``(N·c·m,)``."""
         m = self.m
+        windows = self.rows_k[:, c0 * m : (c1 + 1) * m].unfold(1, 2 * m, m)  # (N, c, 2m)
         return (
             self.rows_q[:, c0 * m : c1 * m].reshape(-1),
-            self.rows_k[:, c0 * m : (c1 + 1) * m].reshape(-1),
+            windows.reshape(-1),
             self.rows_out[:, c0 * m : c1 * m].reshape(-1),
         )
 
-
-def _windows(x: Tensor, c: int, m: int) -> Tensor:
-    """``x (N, (c + 1)·m, C)`` as the c overlapping windows ``(N, c, 2m, C)`` of two blocks
-    (a view)."""
-    n, _, ch = x.shape
-    return x.as_strided((n, c, 2 * m, ch), ((c + 1) * m * ch, m * ch, ch, 1))
-
-
-def _fold(xw: Tensor, m: int) -> Tensor:
-    """The gradient of :func:`_windows`: ``(N, c, 2m, C)`` summed into ``(N, (c + 1)·m, C)``."""
-    n, c, _, ch = xw.shape
-    out = xw.new_zeros(n, c + 1, m, ch)
-    out[:, :c] += xw[:, :, :m]
-    out[:, 1:] += xw[:, :, m:]
-    return out.view(n, (c + 1) * m, ch)
+    def gather(self, q: Tensor, k: Tensor, v: Tensor, c0: int, c1: int) -> tuple[Tensor, ...]:
+        """Chunks c0..c1 as ``N·c`` batches: the scaled queries ``(·, m, D)``, their keys and
+        values ``(·, 2m, ·)``, the mask ``(·, m, 2m)`` and the three row index lists."""
+        iq, ik, io = self.read(c0, c1)
+        nc, m = self.rows_q.shape[0] * (c1 - c0), self.m
+        qg = q.index_select(0, iq).view(nc, m, -1).mul_(self.scale)
+        kw = k.index_select(0, ik).view(nc, 2 * m, -1)
+        vw = v.index_select(0, ik).view(nc, 2 * m, -1)
+        allowed = self.allowed[:, c0:c1].reshape(nc, m, 2 * m)
+        return qg, kw, vw, allowed, iq, ik, io
 
 
 class _ChunkAttention(torch.autograd.Function):
@@ -340,23 +337,18 @@ class _ChunkAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, plan: _ChunkPlan) -> Any:
-        (b, h, rounds), length, m = plan.shape, plan.length, plan.m
+        (b, h, rounds), length = plan.shape, plan.length
         n, d, dv = b * h * rounds, q.shape[-1], v.shape[-1]
         qf, kf, vf = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, dv)
         out = q.new_zeros(n * length, dv)
         lse = q.new_full((n * length,), -math.inf)
         for c0, c1 in plan.groups:
-            c = c1 - c0
-            iq, ik, io = plan.read(c0, c1)
-            allowed = plan.allowed[:, c0:c1]
-            qg = qf.index_select(0, iq).view(n, c, m, d).mul_(plan.scale)
-            kw = _windows(kf.index_select(0, ik).view(n, (c + 1) * m, d), c, m)
-            vw = _windows(vf.index_select(0, ik).view(n, (c + 1) * m, dv), c, m)
-            scores = torch.matmul(qg, kw.transpose(-1, -2)).masked_fill_(~allowed, _MASKED)
+            qg, kw, vw, allowed, _, _, io = plan.gather(qf, kf, vf, c0, c1)
+            scores = torch.bmm(qg, kw.transpose(1, 2)).masked_fill_(~allowed, _MASKED)
             seen = allowed.any(dim=-1)
             lse_c = torch.logsumexp(scores, dim=-1).masked_fill_(~seen, -math.inf)
             p = torch.exp(scores.sub_(lse_c.nan_to_num(neginf=0.0)[..., None]))
-            o = torch.matmul(p.mul_(seen[..., None]), vw)
+            o = torch.bmm(p.mul_(seen[..., None]), vw)
             keep = seen.flatten()  # filler queries see nothing: only real rows are written
             out.index_copy_(0, io[keep], o.reshape(-1, dv)[keep])
             lse.index_copy_(0, io[keep], lse_c.flatten()[keep])
@@ -370,28 +362,22 @@ class _ChunkAttention(torch.autograd.Function):
     def backward(ctx: Any, d_out: Tensor, d_lse: Tensor) -> tuple[Tensor | None, ...]:
         q, k, v, out = ctx.saved_tensors
         plan: _ChunkPlan = ctx.plan
-        (b, h, rounds), m = plan.shape, plan.m
-        n, d, dv = b * h * rounds, q.shape[-1], v.shape[-1]
+        d, dv = q.shape[-1], v.shape[-1]
         qf, kf, vf = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, dv)
         dof = d_out.reshape(-1, dv)
         # rowsum(dO ∘ O) − dlse; a query with no key has O = 0 and counts nowhere
         delta = ((d_out * out).sum(dim=-1) - d_lse.nan_to_num(0.0)).flatten()
         dq, dk, dvf = torch.zeros_like(qf), torch.zeros_like(kf), torch.zeros_like(vf)
         for c0, c1 in plan.groups:
-            c = c1 - c0
-            iq, ik, io = plan.read(c0, c1)
-            allowed = plan.allowed[:, c0:c1]
-            qg = qf.index_select(0, iq).view(n, c, m, d).mul_(plan.scale)
-            kw = _windows(kf.index_select(0, ik).view(n, (c + 1) * m, d), c, m)
-            vw = _windows(vf.index_select(0, ik).view(n, (c + 1) * m, dv), c, m)
-            scores = torch.matmul(qg, kw.transpose(-1, -2)).masked_fill_(~allowed, _MASKED)
+            qg, kw, vw, allowed, iq, ik, io = plan.gather(qf, kf, vf, c0, c1)
+            scores = torch.bmm(qg, kw.transpose(1, 2)).masked_fill_(~allowed, _MASKED)
             p = torch.softmax(scores, dim=-1).mul_(allowed.any(dim=-1, keepdim=True))
-            doc = dof.index_select(0, io).view(n, c, m, dv)
-            ds = torch.matmul(doc, vw.transpose(-1, -2))
-            ds.sub_(delta.index_select(0, io).view(n, c, m, 1)).mul_(p)
-            dq.index_add_(0, iq, torch.matmul(ds, kw).view(-1, d), alpha=plan.scale)
-            dk.index_add_(0, ik, _fold(torch.matmul(ds.transpose(-1, -2), qg), m).view(-1, d))
-            dvf.index_add_(0, ik, _fold(torch.matmul(p.transpose(-1, -2), doc), m).view(-1, dv))
+            doc = dof.index_select(0, io).view(p.shape[0], p.shape[1], dv)
+            ds = torch.bmm(doc, vw.transpose(1, 2))
+            ds.sub_(delta.index_select(0, io).view(*p.shape[:2], 1)).mul_(p)
+            dq.index_add_(0, iq, torch.bmm(ds, kw).view(-1, d), alpha=plan.scale)
+            dk.index_add_(0, ik, torch.bmm(ds.transpose(1, 2), qg).view(-1, d))
+            dvf.index_add_(0, ik, torch.bmm(p.transpose(1, 2), doc).view(-1, dv))
         return dq.view_as(q), dk.view_as(k), dvf.view_as(v), None
 
 
