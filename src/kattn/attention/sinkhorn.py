@@ -18,7 +18,7 @@ How it differs from the paper and the released implementations (read, not copied
   the first token, lucidrains the running mean), only earlier blocks can be sorted to place
   n (block 0 has only itself; lucidrains adds a learned null block), and the Sinkhorn
   column sums run over the rows up to n so that no row reads a later block (our reading of
-  the paper's causal Sinkhorn balancing, §3.4, whose exact form the released code leaves
+  the paper's causal Sinkhorn balancing, whose exact form the released code leaves
   marked as unverified).
 - SortCut attends to the first s sorted blocks only (the paper's formula); lucidrains adds
   the local block. It has no causal form.
@@ -46,7 +46,7 @@ from .base import Attention
 
 
 class SinkhornAttention(Attention):
-    """Sparse Sinkhorn attention (Tay et al. 2020 §3) with a per-head sorting network on the
+    """Sparse Sinkhorn attention (Tay et al. 2020) with a per-head sorting network on the
     keys (:mod:`kattn.functional.sinkhorn`). O(L·b·D + N²·D) time, O(L·b + N²) memory for
     N = ⌈L/b⌉ blocks.
 

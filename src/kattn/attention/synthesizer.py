@@ -64,7 +64,7 @@ def _dense_params(num_heads: int, head_dim: int, out: int) -> nn.ParameterList:
 
 
 class SynthesizerAttention(Attention):
-    """``softmax(S) V`` with synthetic logits S (Tay et al. 2021 §3), one of ``variant``:
+    """``softmax(S) V`` with synthetic logits S (Tay et al. 2021), one of ``variant``:
 
     - ``"dense"``: ``S_i = W2 relu(W1 q_i + b1) + b2`` over ``max_len`` key positions, cut to
       Lk (per head).

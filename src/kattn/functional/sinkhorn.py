@@ -1,5 +1,5 @@
 """Sparse Sinkhorn attention (Tay, Bahri, Yang, Metzler, Juan, "Sparse Sinkhorn Attention",
-ICML 2020, §3): the sequence is cut into N blocks of b tokens, a sorting matrix P ``(N, N)``
+ICML 2020): the sequence is cut into N blocks of b tokens, a sorting matrix P ``(N, N)``
 (a soft permutation, balanced by Sinkhorn normalisation) brings a block ψ_S(K)_n = Σ_m P_nm K_m
 to the place of block n, and each query attends, in one softmax, to the b keys of that sorted
 block and to the b keys of its own (local) block. O(L·b·D + N²·D) time, O(L·b + N²) memory.
@@ -97,7 +97,7 @@ def sinkhorn_allowed(present: Tensor, *, causal: bool) -> Tensor:
 def sinkhorn_normalise(
     log_alpha: Tensor, allowed: Tensor, *, iterations: int, causal: bool = False
 ) -> Tensor:
-    """Sinkhorn balancing in log space (Tay et al. 2020 §3.2; Adams and Zemel 2011):
+    """Sinkhorn balancing in log space (Tay et al. 2020; Adams and Zemel 2011):
     ``iterations`` times, normalise the rows of ``exp(log_alpha)``, then its columns, over the
     ``allowed`` entries only; returns ``P = exp(·)``, exactly 0 where not allowed.
 
@@ -167,12 +167,12 @@ def sinkhorn_attention(
     sortcut: int | None = None,
     scale: float | None = None,
 ) -> Tensor:
-    """Blocked Sinkhorn attention with a given sorting matrix (Tay et al. 2020 §3.3).
+    """Blocked Sinkhorn attention with a given sorting matrix (Tay et al. 2020).
 
     Query block n attends, in one softmax, to the sorted block ``Σ_m P_nm K_m`` (values alike)
     and to its own block; with ``causal``, keys ``j <= i`` inside its own block (the sorted
     block then holds earlier blocks only: P is zero on and above the diagonal). With
-    ``sortcut`` = s (SortCut, §3.5), every query attends to the first s sorted blocks only,
+    ``sortcut`` = s (SortCut), every query attends to the first s sorted blocks only,
     ``softmax(Q ψ_S(K)[:s·b]ᵀ) ψ_S(V)[:s·b]`` (all N blocks if s > N).
 
     Args:

@@ -1,5 +1,5 @@
 """Synthesizer attention (Tay, Bahri, Metzler, Juan, Zhao, Zheng, "Synthesizer: Rethinking
-Self-Attention for Transformer Models", ICML 2021, §3): the attention logits are synthesised,
+Self-Attention for Transformer Models", ICML 2021): the attention logits are synthesised,
 per token from the token alone (Dense) or as a learned matrix (Random), instead of from
 query–key dot products; ``Y = softmax(S) V``. O(Lq·Lk·Dv) time, O(Lq·Lk) memory.
 
@@ -33,7 +33,7 @@ class DenseWeights(NamedTuple):
 
 
 def dense_synthesizer_logits(q: Tensor, weights: DenseWeights, lk: int) -> Tensor:
-    """Dense Synthesizer (§3.1): ``B_i = W2 relu(W1 x_i + b1) + b2`` per token, its first Lk
+    """Dense Synthesizer: ``B_i = W2 relu(W1 x_i + b1) + b2`` per token, its first Lk
     entries. q ``(B, H, Lq, D)`` → ``(B, H, Lq, Lk)``."""
     w1, b1, w2, b2 = weights
     hidden = torch.relu(q @ w1 + b1[:, None, :])  # (B, H, Lq, D)
@@ -43,7 +43,7 @@ def dense_synthesizer_logits(q: Tensor, weights: DenseWeights, lk: int) -> Tenso
 def factorized_dense_logits(
     q: Tensor, first: DenseWeights, second: DenseWeights, lk: int
 ) -> Tensor:
-    """Factorised Dense Synthesizer (§3.1): A = F_A(x_i) ∈ R^a, B = F_B(x_i) ∈ R^b with a·b
+    """Factorised Dense Synthesizer: A = F_A(x_i) ∈ R^a, B = F_B(x_i) ∈ R^b with a·b
     covering the key positions; logit j is ``A[j mod a] · B[⌊j / a⌋]`` (A tiled b times, each
     entry of B repeated a times), its first Lk entries. q ``(B, H, Lq, D)`` →
     ``(B, H, Lq, Lk)``."""
@@ -66,7 +66,7 @@ def factorized_dense_logits_reference(
 
 
 def random_synthesizer_logits(table: Tensor, lq: int, lk: int, *, offset: int = 0) -> Tensor:
-    """Random Synthesizer (§3.2): the rows ``offset … offset + Lq`` and first Lk columns of a
+    """Random Synthesizer: the rows ``offset … offset + Lq`` and first Lk columns of a
     learned (or fixed) table ``(H, M, M)`` → ``(1, H, Lq, Lk)``."""
     return table[None, :, offset : offset + lq, :lk]
 
@@ -74,7 +74,7 @@ def random_synthesizer_logits(table: Tensor, lq: int, lk: int, *, offset: int = 
 def factorized_random_logits(
     left: Tensor, right: Tensor, lq: int, lk: int, *, offset: int = 0
 ) -> Tensor:
-    """Factorised Random Synthesizer (§3.2): ``R = R1 R2ᵀ`` with R1, R2 ``(H, M, k)``, the
+    """Factorised Random Synthesizer: ``R = R1 R2ᵀ`` with R1, R2 ``(H, M, k)``, the
     rows ``offset … offset + Lq`` and first Lk columns → ``(1, H, Lq, Lk)``."""
     return (left[:, offset : offset + lq] @ right[:, :lk].transpose(-1, -2))[None]
 
