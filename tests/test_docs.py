@@ -24,6 +24,7 @@ INTERNAL_PAPER_NAME = re.compile(r"\bseed[ -]?00\d", re.IGNORECASE)
         "simpletron.md",
         "language-modelling.md",
         "sparse.md",
+        "baselines.md",
     ],
 )
 def test_doc_examples_run(page):
