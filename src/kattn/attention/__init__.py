@@ -12,7 +12,7 @@ from .skyformer import SkyformerAttention
 from .softmax import SoftmaxAttention
 
 #: the modules of shared machinery, which register nothing (every other module must register)
-SUPPORT_MODULES = ("base",)
+SUPPORT_MODULES = ("base", "seeded")
 MODULES = import_modules(__name__, __path__)
 
 __all__ = [

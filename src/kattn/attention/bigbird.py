@@ -22,14 +22,12 @@ How it differs from the released implementations (read, not copied):
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..checks import int_at_least, positive_float_or_none, positive_int
-from ..features.base import in_backward
 from ..functional.bigbird import (
     BigBirdLayout,
     bigbird_attention,
@@ -40,12 +38,10 @@ from ..functional.bigbird import (
 from ..functional.sparse import sparse_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
-
-#: eval layouts kept per module (one per length, causal flag and device).
-_CACHED_LAYOUTS = 8
+from .seeded import SeededDraws
 
 
-class BigBirdAttention(Attention):
+class BigBirdAttention(SeededDraws, Attention):
     """Exact softmax over the BigBird-ITC pattern (Zaheer et al. 2020, §2, App. D): with
     blocks of ``block_size`` tokens, query block n reads its ``num_window_blocks = 2w + 1``
     neighbouring blocks ``n − w … n + w``, ``num_random_blocks`` random blocks (per head and
@@ -61,15 +57,12 @@ class BigBirdAttention(Attention):
     2·block_size``: the first and the last block are global, as in the released code's ITC
     layout (in general the first ⌈G/2⌉ and the last ⌊G/2⌋ tokens).
 
-    Randomness: the random blocks come from a generator owned by the module, seeded from
-    ``seed`` (never torch's global RNG). In ``eval()`` the draw is fixed per length and causal
-    flag (the same on every call and for every batch item, so a sequence's output does not
-    depend on the rest of its batch; :meth:`pattern` shows it). In training each forward
-    draws afresh (draw 1, 2, … of a sequence fixed by the seed); the forward that activation
-    checkpointing re-runs inside backward reuses its draw. The seed and the number of training
-    draws are the module's extra state in ``state_dict()``, so a reloaded module has the same
-    eval pattern and resumes the same sequence. Layers built with one seed share their eval
-    pattern; pass ``seed=layer index`` for distinct ones, as the released code does.
+    Randomness: the random blocks follow the seeded contract of
+    :mod:`kattn.attention.seeded` (a generator owned by the module, fixed in ``eval()``,
+    redrawn per training forward, reused under checkpointing, seed and draws in
+    ``state_dict()``); the eval draw is fixed per length and causal flag (:meth:`pattern`
+    shows it). Layers built with one seed share their eval pattern; pass ``seed=layer index``
+    for distinct ones, as the released code does.
 
     Causal form (kattn's own; the paper's BigBird is an encoder pattern): window blocks
     ``n − w … n`` with ``j ≤ i`` inside block n, random blocks drawn among the blocks before
@@ -89,6 +82,7 @@ class BigBirdAttention(Attention):
     is_exact = True
     supports_cross = False
     supports_recurrent = False
+    draw_stream = "bigbird"
 
     def __init__(
         self,
@@ -119,22 +113,15 @@ class BigBirdAttention(Attention):
         if num_global is not None:
             int_at_least("num_global", num_global, 0)
         self.num_global = 2 * block_size if num_global is None else num_global
-        self.seed = int_at_least("seed", seed, 0)
         self.scale = positive_float_or_none("scale", scale)
-        self._draws = 0  # training draws so far
-        self._layouts: dict[tuple[Any, ...], BigBirdLayout] = {}
+        self._init_seeded(seed)
 
     # ------------------------------------------------------------------------------ pattern
     def layout(
         self, length: int, *, causal: bool = False, device: torch.device | str | None = None
     ) -> BigBirdLayout:
         """The evaluation-mode draw for a self-attention of ``length`` tokens (cached)."""
-        key = (self.seed, length, causal, str(torch.device(device or "cpu")))
-        if key not in self._layouts:
-            if len(self._layouts) >= _CACHED_LAYOUTS:
-                self._layouts.pop(next(iter(self._layouts)))
-            self._layouts[key] = self._draw(length, causal, 0, device)
-        return self._layouts[key]
+        return self._layout(length, causal, 0, device)
 
     def pattern(
         self, length: int, *, causal: bool = False, device: torch.device | str | None = None
@@ -144,30 +131,24 @@ class BigBirdAttention(Attention):
         allowed = bigbird_pattern(self.layout(length, causal=causal, device=device))
         return allowed.expand(self.num_heads, length, length)
 
-    def _draw(self, length: int, causal: bool, draw: int, device: Any) -> BigBirdLayout:
-        """Draw ``draw`` (0 for eval, 1, 2, … in training) for this length and causal flag,
-        from a generator seeded by the module's seed and these three."""
-        generator = torch.Generator().manual_seed(_mix(self.seed, draw, length, causal))
-        return bigbird_layout(
-            length,
-            block_size=self.block_size,
-            num_window_blocks=self.num_window_blocks,
-            num_random_blocks=self.num_random_blocks,
-            num_global=self.num_global,
-            num_heads=self.num_heads,
-            causal=causal,
-            generator=generator,
-            device=device,
+    def _layout(self, length: int, causal: bool, draw: int, device: Any) -> BigBirdLayout:
+        """Draw ``draw`` (0 for eval, 1, 2, … in training) for this length and causal flag."""
+        return self._drawn(
+            (length, int(causal)),
+            draw,
+            device,
+            lambda generator: bigbird_layout(
+                length,
+                block_size=self.block_size,
+                num_window_blocks=self.num_window_blocks,
+                num_random_blocks=self.num_random_blocks,
+                num_global=self.num_global,
+                num_heads=self.num_heads,
+                causal=causal,
+                generator=generator,
+                device=device,
+            ),
         )
-
-    def _current_layout(self, length: int, causal: bool, device: Any) -> BigBirdLayout:
-        """Eval: the fixed draw. Training: the next draw (the same one again when activation
-        checkpointing re-runs the forward inside backward)."""
-        if not self.training:
-            return self.layout(length, causal=causal, device=device)
-        if not in_backward():
-            self._draws += 1
-        return self._draw(length, causal, self._draws, device)
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:
@@ -178,7 +159,7 @@ class BigBirdAttention(Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        layout = self._current_layout(q.shape[2], causal, q.device)
+        layout = self._layout(q.shape[2], causal, self._current_draw(), q.device)
         return bigbird_attention(
             q, k, v, layout, key_padding_mask=key_padding_mask, scale=self.scale
         )
@@ -191,21 +172,6 @@ class BigBirdAttention(Attention):
             q, k, v, allowed[None], key_padding_mask=key_padding_mask, scale=self.scale
         )
 
-    # -------------------------------------------------------------------------------- state
-    def get_extra_state(self) -> dict[str, int]:
-        """The seed and the number of training draws: a reloaded module has the same eval
-        pattern and continues the same sequence of training draws."""
-        return {"seed": self.seed, "draws": self._draws}
-
-    def set_extra_state(self, state: Any) -> None:
-        ok = isinstance(state, dict) and all(
-            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
-        )
-        if not ok:
-            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
-        self.seed, self._draws = state["seed"], state["draws"]
-        self._layouts.clear()
-
     def extra_repr(self) -> str:
         return (
             f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
@@ -213,13 +179,6 @@ class BigBirdAttention(Attention):
             f"num_random_blocks={self.num_random_blocks}, num_global={self.num_global}, "
             f"seed={self.seed}, scale={self.scale}"
         )
-
-
-def _mix(seed: int, draw: int, length: int, causal: bool) -> int:
-    """A 63-bit generator seed from the module's seed, the draw number, L and the causal flag
-    (a hash, so that nearby arguments give unrelated streams)."""
-    digest = hashlib.sha256(f"bigbird/{seed}/{draw}/{length}/{int(causal)}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
 
 
 register_mechanism(

@@ -21,14 +21,9 @@ not copied):
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
-
-import torch
 from torch import Tensor
 
-from ..checks import boolean, int_at_least, positive_float_or_none, positive_int
-from ..features.base import in_backward
+from ..checks import boolean, positive_float_or_none, positive_int
 from ..functional.clustered import (
     cluster_queries,
     clustered_attention,
@@ -38,9 +33,10 @@ from ..functional.clustered import (
 )
 from ..registry import register_mechanism
 from .base import Attention
+from .seeded import SeededDraws
 
 
-class ClusteredAttention(Attention):
+class ClusteredAttention(SeededDraws, Attention):
     """Clustered attention (Vyas et al. 2020, §3.2): the queries of each sequence and head
     are hashed by ``bits`` random hyperplanes and grouped into ``num_clusters`` clusters by
     ``iterations`` Lloyd iterations of k-means in Hamming space; each cluster's centroid (the
@@ -52,13 +48,12 @@ class ClusteredAttention(Attention):
     models use 100 clusters, "clustered-100") and the released code (``hash_bias=True``):
     ``num_clusters=100``, ``iterations=10``, ``bits=63``, ``hash_bias=True``.
 
-    Randomness (hyperplanes, initial centroids, codes of emptied clusters) comes from a
-    generator owned by the module and seeded from ``seed``, never torch's global RNG: fixed
-    in ``eval()``, drawn afresh in each training forward (draw 1, 2, …; the forward that
-    activation checkpointing re-runs inside backward reuses its draw). All sequences of a
-    batch use the same draw and are clustered separately, so an example's output does not
-    depend on its batch. The seed and the number of training draws are the module's extra
-    state in ``state_dict()``. No gradient flows through the assignment to clusters.
+    Randomness (hyperplanes, initial centroids, codes of emptied clusters) follows the seeded
+    contract of :mod:`kattn.attention.seeded` (a generator owned by the module, fixed in
+    ``eval()``, redrawn per training forward, reused under checkpointing, seed and draws in
+    ``state_dict()``). All sequences of a batch use the same draw and are clustered
+    separately, so an example's output does not depend on its batch. No gradient flows
+    through the assignment to clusters.
 
     Padding: padded keys count nowhere. In self-attention (Lq == Lk) the key padding mask
     also marks the padded queries: they take no part in k-means or the centroid means (they
@@ -80,6 +75,7 @@ class ClusteredAttention(Attention):
     supports_cross = True
     supports_recurrent = False
     is_exact = False
+    draw_stream = "clustered"
 
     def __init__(
         self,
@@ -107,9 +103,8 @@ class ClusteredAttention(Attention):
         self.iterations = positive_int("iterations", iterations)
         self.bits = positive_int("bits", bits)
         self.hash_bias = boolean("hash_bias", hash_bias)
-        self.seed = int_at_least("seed", seed, 0)
         self.scale = positive_float_or_none("scale", scale)
-        self._draws = 0  # training draws so far
+        self._init_seeded(seed)
 
     # --------------------------------------------------------------------------- clustering
     def clusters(self, q: Tensor, key_padding_mask: Tensor | None = None) -> Tensor:
@@ -119,25 +114,15 @@ class ClusteredAttention(Attention):
         return self._cluster(q, key_padding_mask, 0)
 
     def _cluster(self, q: Tensor, query_padding_mask: Tensor | None, draw: int) -> Tensor:
-        generator = torch.Generator().manual_seed(_mix(self.seed, draw))
         return cluster_queries(
             q,
             num_clusters=self.num_clusters,
             bits=self.bits,
             iterations=self.iterations,
             hash_bias=self.hash_bias,
-            generator=generator,
+            generator=self._generator(draw),
             query_padding_mask=query_padding_mask,
         )
-
-    def _current_draw(self) -> int:
-        """0 in eval; in training the next draw (the same one again when activation
-        checkpointing re-runs the forward inside backward)."""
-        if not self.training:
-            return 0
-        if not in_backward():
-            self._draws += 1
-        return self._draws
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:
@@ -185,20 +170,6 @@ class ClusteredAttention(Attention):
             query_padding_mask=query_mask,
             scale=self.scale,
         )
-
-    # -------------------------------------------------------------------------------- state
-    def get_extra_state(self) -> dict[str, int]:
-        """The seed and the number of training draws: a reloaded module clusters as the
-        saved one did in eval and continues its sequence of training draws."""
-        return {"seed": self.seed, "draws": self._draws}
-
-    def set_extra_state(self, state: Any) -> None:
-        ok = isinstance(state, dict) and all(
-            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
-        )
-        if not ok:
-            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
-        self.seed, self._draws = state["seed"], state["draws"]
 
     def extra_repr(self) -> str:
         return (
@@ -283,13 +254,6 @@ class ImprovedClusteredAttention(ClusteredAttention):
 def _query_mask(q: Tensor, k: Tensor, key_padding_mask: Tensor | None) -> Tensor | None:
     """The padded queries: in self-attention (Lq == Lk) those of the padded keys."""
     return key_padding_mask if q.shape[2] == k.shape[2] else None
-
-
-def _mix(seed: int, draw: int) -> int:
-    """A 63-bit generator seed from the module's seed and the draw number (a hash, so that
-    nearby arguments give unrelated streams)."""
-    digest = hashlib.sha256(f"clustered/{seed}/{draw}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
 
 
 _REFERENCE = (

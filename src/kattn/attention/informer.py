@@ -23,14 +23,12 @@ How it differs from the released code (``zhouhaoyi/Informer2020``, ``models/attn
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..checks import int_at_least, positive_float_or_none, positive_int
-from ..features.base import in_backward
+from ..checks import positive_float_or_none, positive_int
 from ..functional.informer import (
     InformerSample,
     informer_attention,
@@ -41,12 +39,10 @@ from ..functional.informer import (
 )
 from ..registry import register_mechanism
 from .base import Attention
-
-#: eval draws kept per module (one per pair of lengths and device).
-_CACHED_DRAWS = 8
+from .seeded import SeededDraws
 
 
-class InformerAttention(Attention):
+class InformerAttention(SeededDraws, Attention):
     """ProbSparse attention (Zhou et al. 2021, §3.1; :mod:`kattn.functional.informer`): each
     query's sparsity measurement ``M̄(q) = max − mean`` of its scores is estimated on
     U = c·⌈ln Lk⌉ keys sampled for it, the u = c·⌈ln Lq⌉ queries of largest M̄ get exact
@@ -60,12 +56,10 @@ class InformerAttention(Attention):
     ``factor=5``. Pass ``factor`` to choose.
 
     Randomness: the sample (uniforms ``(Lq, U)`` mapped onto each example's real keys, one
-    sample per query shared over the batch and the heads as in the released code) comes from
-    a generator owned by the module, seeded from ``seed``: fixed in ``eval()`` per pair of
-    lengths (an example's output does not depend on the rest of its batch), drawn afresh by
-    each training forward (the forward that activation checkpointing re-runs reuses its
-    draw). The seed and the number of training draws are the module's extra state in
-    ``state_dict()``.
+    sample per query shared over the batch and the heads as in the released code) follows
+    the seeded contract of :mod:`kattn.attention.seeded` (a generator owned by the module,
+    fixed in ``eval()`` per pair of lengths, redrawn per training forward, reused under
+    checkpointing, seed and draws in ``state_dict()``).
 
     Padding: padded keys are never sampled and never counted; with Lq == Lk the mask marks
     padded queries too (never ranked among the top). Cross-attention (Lq ≠ Lk) is
@@ -82,6 +76,7 @@ class InformerAttention(Attention):
     supports_cross = True
     supports_recurrent = False
     is_exact = False
+    draw_stream = "informer"
 
     def __init__(
         self,
@@ -98,10 +93,8 @@ class InformerAttention(Attention):
         if factor is not None:
             positive_int("factor", factor)
         self.factor = informer_factor(max_len) if factor is None else factor
-        self.seed = int_at_least("seed", seed, 0)
         self.scale = positive_float_or_none("scale", scale)
-        self._draws = 0  # training draws so far
-        self._uniforms: dict[tuple[int, int, str], Tensor] = {}
+        self._init_seeded(seed)
 
     # ------------------------------------------------------------------------------ sample
     def sizes(self, lq: int, lk: int) -> tuple[int, int]:
@@ -110,33 +103,27 @@ class InformerAttention(Attention):
 
     def uniforms(self, lq: int, lk: int, device: torch.device | str | None = None) -> Tensor:
         """The evaluation-mode uniforms ``(Lq, U)`` (float64, cached)."""
-        key = (lq, lk, str(torch.device(device or "cpu")))
-        if key not in self._uniforms:
-            if len(self._uniforms) >= _CACHED_DRAWS:
-                self._uniforms.pop(next(iter(self._uniforms)))
-            self._uniforms[key] = self._draw(lq, lk, 0, device)
-        return self._uniforms[key]
+        return self._uniforms(lq, lk, 0, device)
 
-    def _draw(self, lq: int, lk: int, draw: int, device: Any) -> Tensor:
-        """Draw ``draw`` (0 for eval, 1, 2, … in training) for these lengths, from a
-        generator seeded by the module's seed, the draw number and the lengths."""
-        text = f"informer/{self.seed}/{draw}/{lq}/{lk}"
-        digest = hashlib.sha256(text.encode()).digest()
-        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
+    def _uniforms(self, lq: int, lk: int, draw: int, device: Any) -> Tensor:
+        """Draw ``draw`` (0 for eval, 1, 2, … in training) of the uniforms for these lengths."""
         shape = (lq, self.sizes(lq, lk)[0])
-        return torch.rand(shape, generator=generator, dtype=torch.float64).to(device)
+        return self._drawn(
+            (lq, lk),
+            draw,
+            device,
+            lambda generator: torch.rand(shape, generator=generator, dtype=torch.float64).to(
+                device
+            ),
+        )
 
     def _sample(
-        self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, *, training: bool
+        self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, draw: int
     ) -> InformerSample:
-        lq, lk = q.shape[2], k.shape[2]
-        if not training:
-            uniforms = self.uniforms(lq, lk, q.device)
-        else:
-            if not in_backward():
-                self._draws += 1
-            uniforms = self._draw(lq, lk, self._draws, q.device)
-        return informer_sample(uniforms, batch=q.shape[0], lk=lk, key_padding_mask=key_padding_mask)
+        uniforms = self._uniforms(q.shape[2], k.shape[2], draw, q.device)
+        return informer_sample(
+            uniforms, batch=q.shape[0], lk=k.shape[2], key_padding_mask=key_padding_mask
+        )
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:
@@ -151,7 +138,7 @@ class InformerAttention(Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        sample = self._sample(q, k, key_padding_mask, training=self.training)
+        sample = self._sample(q, k, key_padding_mask, self._current_draw())
         return informer_attention(
             q,
             k,
@@ -165,7 +152,7 @@ class InformerAttention(Attention):
     def _reference(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        sample = self._sample(q, k, key_padding_mask, training=False)
+        sample = self._sample(q, k, key_padding_mask, 0)
         return informer_attention_reference(
             q,
             k,
@@ -175,21 +162,6 @@ class InformerAttention(Attention):
             key_padding_mask=key_padding_mask,
             scale=self.scale,
         )
-
-    # -------------------------------------------------------------------------------- state
-    def get_extra_state(self) -> dict[str, int]:
-        """The seed and the number of training draws: a reloaded module has the same eval
-        samples and continues the same sequence of training draws."""
-        return {"seed": self.seed, "draws": self._draws}
-
-    def set_extra_state(self, state: Any) -> None:
-        ok = isinstance(state, dict) and all(
-            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
-        )
-        if not ok:
-            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
-        self.seed, self._draws = state["seed"], state["draws"]
-        self._uniforms.clear()
 
     def extra_repr(self) -> str:
         return (

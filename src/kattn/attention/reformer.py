@@ -18,14 +18,12 @@ How it differs from the released implementations (read, not copied):
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..checks import boolean, int_at_least, positive_float_or_none, positive_int
-from ..features.base import in_backward
+from ..checks import boolean, positive_float_or_none, positive_int
 from ..functional.reformer import (
     reformer_attention,
     reformer_attention_reference,
@@ -33,12 +31,10 @@ from ..functional.reformer import (
 )
 from ..registry import register_mechanism
 from .base import Attention
-
-#: eval rotations kept per module (one per number of buckets and device).
-_CACHED_ROTATIONS = 8
+from .seeded import SeededDraws
 
 
-class ReformerAttention(Attention):
+class ReformerAttention(SeededDraws, Attention):
     """LSH attention (Kitaev et al. 2020, §2): per round, angular LSH ``h(x) =
     argmax([xR; −xR])`` with a random Gaussian ``R (D, nb/2)`` per head, a sort by (bucket,
     position), and softmax attention of each chunk of ``bucket_size`` sorted positions over
@@ -58,12 +54,10 @@ class ReformerAttention(Attention):
     ``attend_across_buckets=True`` (trax, HF and reformer-pytorch): every key in the two
     chunks counts; False: only those of the query's bucket (the paper's ``P_i``).
 
-    Randomness: the rotations come from a generator owned by the module, seeded from
-    ``seed`` (never torch's global RNG), the same for every batch item, so a sequence's
-    output does not depend on the rest of its batch. In ``eval()`` the draw is fixed per
-    number of buckets; in training each forward draws afresh (draw 1, 2, … of a sequence fixed
-    by the seed; the forward that activation checkpointing re-runs reuses its draw). The seed
-    and the number of training draws are the module's extra state in ``state_dict()``.
+    Randomness: the rotations follow the seeded contract of :mod:`kattn.attention.seeded`
+    (a generator owned by the module, the same for every batch item, fixed in ``eval()`` per
+    number of buckets, redrawn per training forward, reused under checkpointing, seed and
+    draws in ``state_dict()``).
 
     Causal: no query reads a later key or value (masked by original position), but, as in
     the paper and trax, the sorted order that decides which earlier keys share a query's
@@ -84,6 +78,7 @@ class ReformerAttention(Attention):
     is_exact = False
     supports_cross = False
     supports_recurrent = False
+    draw_stream = "reformer"
 
     def __init__(
         self,
@@ -111,36 +106,28 @@ class ReformerAttention(Attention):
         self.num_hashes = positive_int("num_hashes", num_hashes)
         self.shared_qk = boolean("shared_qk", shared_qk)
         self.attend_across_buckets = boolean("attend_across_buckets", attend_across_buckets)
-        self.seed = int_at_least("seed", seed, 0)
         self.scale = positive_float_or_none("scale", scale)
-        self._draws = 0  # training draws so far
-        self._rotations: dict[tuple[Any, ...], Tensor] = {}
+        self._init_seeded(seed)
 
     # ---------------------------------------------------------------------------- rotations
     def rotations(self, length: int, *, device: torch.device | str | None = None) -> Tensor:
         """The evaluation-mode rotations for ``length`` tokens, ``(H, D, R, nb/2)`` fp64,
         nb = ``reformer_num_buckets(length, bucket_size)`` (cached)."""
+        return self._rotations(length, 0, device)
+
+    def _rotations(self, length: int, draw: int, device: Any) -> Tensor:
+        """Draw ``draw`` (0 for eval, 1, 2, … in training) of i.i.d. N(0, 1) rotations for
+        the number of buckets of ``length`` tokens."""
         nb = reformer_num_buckets(length, self.bucket_size)
-        key = (self.seed, nb, str(torch.device(device or "cpu")))
-        if key not in self._rotations:
-            if len(self._rotations) >= _CACHED_ROTATIONS:
-                self._rotations.pop(next(iter(self._rotations)))
-            self._rotations[key] = self._draw(nb, 0, device)
-        return self._rotations[key]
-
-    def _draw(self, nb: int, draw: int, device: Any) -> Tensor:
-        """Draw ``draw`` (0 for eval, 1, 2, … in training) of i.i.d. N(0, 1) rotations for nb
-        buckets, from a generator seeded by the module's seed and these two."""
-        generator = torch.Generator().manual_seed(_mix(self.seed, draw, nb))
         shape = (self.num_heads, self.head_dim, self.num_hashes, nb // 2)
-        return torch.randn(shape, generator=generator, dtype=torch.float64).to(device)
-
-    def _current_rotations(self, length: int, device: Any) -> Tensor:
-        if not self.training:
-            return self.rotations(length, device=device)
-        if not in_backward():
-            self._draws += 1
-        return self._draw(reformer_num_buckets(length, self.bucket_size), self._draws, device)
+        return self._drawn(
+            (nb,),
+            draw,
+            device,
+            lambda generator: torch.randn(shape, generator=generator, dtype=torch.float64).to(
+                device
+            ),
+        )
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:
@@ -162,7 +149,7 @@ class ReformerAttention(Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        rotations = self._current_rotations(q.shape[2], q.device)
+        rotations = self._rotations(q.shape[2], self._current_draw(), q.device)
         out = reformer_attention(
             q,
             k,
@@ -187,21 +174,6 @@ class ReformerAttention(Attention):
             **self._options(),
         )
         return _zero_gradient_to(k, out) if self.shared_qk else out
-
-    # -------------------------------------------------------------------------------- state
-    def get_extra_state(self) -> dict[str, int]:
-        """The seed and the number of training draws: a reloaded module has the same eval
-        rotations and continues the same sequence of training draws."""
-        return {"seed": self.seed, "draws": self._draws}
-
-    def set_extra_state(self, state: Any) -> None:
-        ok = isinstance(state, dict) and all(
-            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
-        )
-        if not ok:
-            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
-        self.seed, self._draws = state["seed"], state["draws"]
-        self._rotations.clear()
 
     def extra_repr(self) -> str:
         return (
@@ -232,13 +204,6 @@ def _zero_gradient_to(unused: Tensor, out: Tensor) -> Tensor:
         return out
     result: Tensor = _ZeroGradientTo.apply(unused, out)
     return result
-
-
-def _mix(seed: int, draw: int, nb: int) -> int:
-    """A 63-bit generator seed from the module's seed, the draw number and nb (a hash, so
-    that nearby arguments give unrelated streams)."""
-    digest = hashlib.sha256(f"reformer/{seed}/{draw}/{nb}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") >> 1
 
 
 register_mechanism(

@@ -21,20 +21,19 @@ not copied):
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..checks import int_at_least, positive_float_or_none, positive_int
-from ..features.base import in_backward
+from ..checks import positive_float_or_none, positive_int
 from ..functional.smyrf import smyrf_attention, smyrf_attention_reference
 from ..registry import register_mechanism
 from .base import Attention
+from .seeded import SeededDraws
 
 
-class SmyrfAttention(Attention):
+class SmyrfAttention(SeededDraws, Attention):
     """SMYRF attention (Daras et al. 2020, §3; :mod:`kattn.functional.smyrf`).
 
     Queries and keys go through the asymmetric XBOX+ transform
@@ -49,12 +48,10 @@ class SmyrfAttention(Attention):
     clusters of 32 queries and 32 keys; SMYRF-BERT 2×32 in the paper's GLUE table):
     ``num_hashes=2``, ``cluster_size=32``.
 
-    Randomness: the ``(num_hashes, D + 2)`` hash directions come from a generator owned by
-    the module, seeded from ``seed`` (never torch's global RNG): fixed in ``eval()`` (the same
-    for every call and every batch item, so an example's output does not depend on the rest
-    of its batch) and drawn afresh by each training forward (draw 1, 2, … of a sequence fixed
-    by the seed; the forward that activation checkpointing re-runs reuses its draw). The seed
-    and the number of training draws are the module's extra state in ``state_dict()``.
+    Randomness: the ``(num_hashes, D + 2)`` hash directions follow the seeded contract of
+    :mod:`kattn.attention.seeded` (a generator owned by the module, the same for every batch
+    item, fixed in ``eval()``, redrawn per training forward, reused under checkpointing, seed
+    and draws in ``state_dict()``).
 
     Padding: padded keys get no rank and the key clusters are cut from the real keys; with
     Lq == Lk the mask marks padded queries too (left out of the clusters, zero output).
@@ -72,6 +69,7 @@ class SmyrfAttention(Attention):
     supports_cross = True
     supports_recurrent = False
     is_exact = False
+    draw_stream = "smyrf"
 
     def __init__(
         self,
@@ -90,33 +88,25 @@ class SmyrfAttention(Attention):
         )
         self.num_hashes = positive_int("num_hashes", num_hashes)
         self.cluster_size = positive_int("cluster_size", cluster_size)
-        self.seed = int_at_least("seed", seed, 0)
         self.scale = positive_float_or_none("scale", scale)
-        self._draws = 0  # training draws so far
-        self._eval_projections: dict[str, Tensor] = {}
+        self._init_seeded(seed)
 
     # ------------------------------------------------------------------------ hash directions
     def projections(self, device: torch.device | str | None = None) -> Tensor:
         """The evaluation-mode hash directions ``(num_hashes, D + 2)`` (float64, cached)."""
-        key = str(torch.device(device or "cpu"))
-        if key not in self._eval_projections:
-            self._eval_projections[key] = self._draw(0, device)
-        return self._eval_projections[key]
+        return self._projections(0, device)
 
-    def _draw(self, draw: int, device: Any) -> Tensor:
-        """Draw ``draw`` (0 for eval, 1, 2, … in training) from a generator seeded by the
-        module's seed and the draw number."""
-        digest = hashlib.sha256(f"smyrf/{self.seed}/{draw}".encode()).digest()
-        generator = torch.Generator().manual_seed(int.from_bytes(digest[:8], "big") >> 1)
+    def _projections(self, draw: int, device: Any) -> Tensor:
+        """Draw ``draw`` (0 for eval, 1, 2, … in training) of i.i.d. N(0, 1) directions."""
         shape = (self.num_hashes, self.head_dim + 2)
-        return torch.randn(shape, generator=generator, dtype=torch.float64).to(device)
-
-    def _current_projections(self, device: Any) -> Tensor:
-        if not self.training:
-            return self.projections(device)
-        if not in_backward():
-            self._draws += 1
-        return self._draw(self._draws, device)
+        return self._drawn(
+            (),
+            draw,
+            device,
+            lambda generator: torch.randn(shape, generator=generator, dtype=torch.float64).to(
+                device
+            ),
+        )
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:
@@ -134,7 +124,7 @@ class SmyrfAttention(Attention):
             q,
             k,
             v,
-            self._current_projections(q.device),
+            self._projections(self._current_draw(), q.device),
             cluster_size=self.cluster_size,
             key_padding_mask=key_padding_mask,
             scale=self.scale,
@@ -152,21 +142,6 @@ class SmyrfAttention(Attention):
             key_padding_mask=key_padding_mask,
             scale=self.scale,
         )
-
-    # -------------------------------------------------------------------------------- state
-    def get_extra_state(self) -> dict[str, int]:
-        """The seed and the number of training draws: a reloaded module has the same eval
-        directions and continues the same sequence of training draws."""
-        return {"seed": self.seed, "draws": self._draws}
-
-    def set_extra_state(self, state: Any) -> None:
-        ok = isinstance(state, dict) and all(
-            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
-        )
-        if not ok:
-            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
-        self.seed, self._draws = state["seed"], state["draws"]
-        self._eval_projections.clear()
 
     def extra_repr(self) -> str:
         return (
