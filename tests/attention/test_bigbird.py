@@ -1,13 +1,12 @@
 """BigBird: the pattern against an entry-by-entry construction from the paper's rules, the
-random blocks (eligible, distinct, uniform; fixed in eval, redrawn in training, from the
-module's seed), the block-sparse path against the dense reference (forward and gradients),
-causality, padding, half precision and the option checks."""
+random blocks (eligible, distinct, uniform), the block-sparse path against the dense
+reference (forward and gradients), causality, padding, half precision and the option checks.
+The seeded-draw contract is tested for every mechanism in ``test_seeded.py``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.checkpoint import checkpoint
 
 import kattn
 from kattn.functional import (
@@ -216,62 +215,6 @@ def test_half_precision_is_finite_and_close(dtype):
         assert_close(out.float(), ref, dtype)
 
 
-def test_eval_draw_is_fixed_and_ignores_the_rest_of_the_batch():
-    attn = _build(block_size=4, num_random_blocks=2, num_global=4)
-    q, k, v = qkv(3, H, 61)
-    out = attn(q, k, v)
-    assert torch.equal(attn(q, k, v), out)
-    assert torch.equal(attn(q[:1], k[:1], v[:1]), out[:1])
-    assert torch.equal(attn(q[2:], k[2:], v[2:]), out[2:])
-
-
-def test_training_redraws_each_forward_from_the_seed_alone():
-    """Consecutive training forwards read different random blocks; two modules with one
-    seed draw the same sequence whatever torch's global RNG and batch; another seed differs."""
-    q, k, v = qkv(3, H, 61)
-    options = {"block_size": 4, "num_random_blocks": 2, "num_global": 4}
-    a, b, c = _build(3, **options).train(), _build(3, **options).train(), _build(4, **options)
-    outs_a, outs_b = [], []
-    for step in range(3):
-        torch.manual_seed(step)
-        outs_a.append(a(q, k, v))
-        torch.manual_seed(100 + step)
-        outs_b.append(b(q[1:2], k[1:2], v[1:2]))
-    for out_a, out_b in zip(outs_a, outs_b, strict=True):
-        assert torch.equal(out_a[1:2], out_b)
-    assert not torch.allclose(outs_a[0], outs_a[1]) and not torch.allclose(outs_a[1], outs_a[2])
-    assert not torch.equal(c.train()(q, k, v), outs_a[0])
-    assert not torch.equal(a.eval().pattern(61), c.eval().pattern(61))
-
-
-def test_state_dict_keeps_the_eval_pattern_and_the_draw_sequence():
-    options = {"block_size": 4, "num_random_blocks": 2, "num_global": 4}
-    a = _build(7, **options).train()
-    q, k, v = qkv(1, H, 61)
-    a(q, k, v)
-    a(q, k, v)
-    b = _build(0, **options).train()
-    assert not torch.equal(b.pattern(61), a.pattern(61))
-    b.load_state_dict(a.state_dict())
-    assert torch.equal(b.pattern(61), a.pattern(61))
-    assert torch.equal(b.pattern(61, causal=True), a.pattern(61, causal=True))
-    assert torch.equal(b(q, k, v), a(q, k, v))  # draw 3 of seed 7 for both
-
-
-def test_checkpoint_recomputation_reuses_the_draw():
-    """Activation checkpointing re-runs the forward inside backward: it must read the same
-    random blocks, so the gradients equal those of the plain forward of that draw."""
-    options = {"block_size": 4, "num_random_blocks": 2, "num_global": 4}
-    a, b = _build(5, **options).train(), _build(5, **options).train()
-    q, k, v = qkv(1, H, 61, requires_grad=True)
-    out_a = checkpoint(a, q, k, v, use_reentrant=False)
-    out_b = b(q, k, v)
-    assert_close(out_a, out_b)
-    for g_a, g_b in zip(grads(out_a, q, k, v), grads(out_b, q, k, v), strict=True):
-        assert_close(g_a, g_b)
-    assert a.get_extra_state()["draws"] == 1
-
-
 def test_functional_attention_checks_the_layout():
     layout = bigbird_layout(
         40, block_size=4, num_window_blocks=3, num_random_blocks=1, num_global=4, num_heads=H
@@ -296,15 +239,9 @@ def test_cross_attention_is_refused_with_a_reason():
         ({"num_window_blocks": 0}, "num_window_blocks must be a positive int, got 0"),
         ({"num_random_blocks": -1}, "num_random_blocks must be an int >= 0, got -1"),
         ({"num_global": -2}, "num_global must be an int >= 0, got -2"),
-        ({"seed": -1}, "seed must be an int >= 0, got -1"),
         ({"scale": 0.0}, "scale must be positive or None, got 0.0"),
     ],
 )
 def test_options_are_checked(options, match):
     with pytest.raises(ValueError, match=match):
         kattn.build("bigbird", head_dim=16, num_heads=H, **options)
-
-
-def test_a_foreign_extra_state_is_refused():
-    with pytest.raises(ValueError, match="seed"):
-        _build().set_extra_state({"seed": "x", "draws": 0})

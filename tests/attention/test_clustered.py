@@ -1,14 +1,13 @@
 """The ``clustered`` and ``improved_clustered`` modules: forward against their dense
 reference (forward and gradients), the exact limits, padding (padded queries move no
-centroid), batch independence, the seeded draws (fixed in eval, redrawn in training, kept in
-state_dict, reused under checkpointing), cross-attention, the causal refusal, half precision
-and the option checks."""
+centroid), cross-attention, the causal refusal, half precision and the option checks. The
+seeded-draw contract (batch independence included) is tested for every mechanism in
+``test_seeded.py``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.checkpoint import checkpoint
 
 import kattn
 from kattn.functional import softmax_attention_reference
@@ -103,65 +102,6 @@ def test_improved_is_closer_to_softmax(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_eval_is_fixed_and_ignores_the_rest_of_the_batch(name):
-    attn = _build(name)
-    q, k, v = qkv(3, H, 33)
-    mask = padding_mask(3, 33, (0, 6, 13))
-    out = attn(q, k, v, key_padding_mask=mask)
-    assert torch.equal(attn(q, k, v, key_padding_mask=mask), out)
-    for b in range(3):
-        one = attn(q[b : b + 1], k[b : b + 1], v[b : b + 1], key_padding_mask=mask[b : b + 1])
-        assert_close(one, out[b : b + 1])
-        assert torch.equal(
-            attn.clusters(q[b : b + 1], mask[b : b + 1]), attn.clusters(q, mask)[b : b + 1]
-        )
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_training_redraws_each_forward_from_the_seed_alone(name):
-    q, k, v = qkv(2, H, 33)
-    a, b, c = _build(name, 3).train(), _build(name, 3).train(), _build(name, 4).train()
-    outs_a, outs_b = [], []
-    for step in range(3):
-        torch.manual_seed(step)
-        outs_a.append(a(q, k, v))
-        torch.manual_seed(100 + step)
-        outs_b.append(b(q[1:], k[1:], v[1:]))
-    for out_a, out_b in zip(outs_a, outs_b, strict=True):
-        assert_close(out_a[1:], out_b)
-    assert not torch.allclose(outs_a[0], outs_a[1]) and not torch.allclose(outs_a[1], outs_a[2])
-    assert not torch.allclose(c(q, k, v), outs_a[0])
-    assert not torch.equal(a.eval().clusters(q), c.eval().clusters(q))
-    assert a.get_extra_state() == {"seed": 3, "draws": 3}
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_state_dict_keeps_the_eval_clustering_and_the_draw_sequence(name):
-    a = _build(name, 7).train()
-    q, k, v = qkv(1, H, 33)
-    a(q, k, v)
-    a(q, k, v)
-    b = _build(name, 0).train()
-    b.load_state_dict(a.state_dict())
-    assert torch.equal(b(q, k, v), a(q, k, v))  # draw 3 of seed 7 for both
-    assert torch.equal(b.eval()(q, k, v), a.eval()(q, k, v))
-    with pytest.raises(ValueError, match="seed"):
-        b.set_extra_state({"seed": "x", "draws": 0})
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_checkpoint_recomputation_reuses_the_draw(name):
-    a, b = _build(name, 5).train(), _build(name, 5).train()
-    q, k, v = qkv(1, H, 33, requires_grad=True)
-    out_a = checkpoint(a, q, k, v, use_reentrant=False)
-    out_b = b(q, k, v)
-    assert_close(out_a, out_b)
-    for g_a, g_b in zip(grads(out_a, q, k, v), grads(out_b, q, k, v), strict=True):
-        assert_close(g_a, g_b)
-    assert a.get_extra_state()["draws"] == 1
-
-
-@pytest.mark.parametrize("name", NAMES)
 def test_causal_is_refused_with_a_reason(name):
     attn = _build(name)
     assert not attn.supports_causal and attn.supports_cross and not attn.is_exact
@@ -196,7 +136,6 @@ def test_defaults_are_the_papers():
         ("clustered", {"num_clusters": 0}, "num_clusters must be a positive int, got 0"),
         ("clustered", {"iterations": 0}, "iterations must be a positive int, got 0"),
         ("clustered", {"bits": -3}, "bits must be a positive int, got -3"),
-        ("clustered", {"seed": -1}, "seed must be an int >= 0, got -1"),
         ("clustered", {"scale": 0.0}, "scale must be positive or None, got 0.0"),
         ("improved_clustered", {"topk": 0}, "topk must be a positive int, got 0"),
     ],

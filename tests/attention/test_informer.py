@@ -1,8 +1,8 @@
 """Informer's ProbSparse attention: the sizes and the default factor, the sample (real keys
 only, uniform, batch independent), the sparsity measurement against its definition, the
 sparse path against the dense reference (forward and gradients), which queries are exact and
-what the lazy ones get, padding, the masked functional form, half precision, the sample
-(fixed in eval, redrawn in training, from the module's seed) and the option checks."""
+what the lazy ones get, padding, the masked functional form, half precision and the option
+checks. The seeded-draw contract is tested for every mechanism in ``test_seeded.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import math
 
 import pytest
 import torch
-from torch.utils.checkpoint import checkpoint
 
 import kattn
 from kattn.functional import (
@@ -225,69 +224,13 @@ def test_half_precision_is_finite_and_close(dtype):
     assert_close(out.float()[keep], ref[keep], dtype)
 
 
-def test_eval_is_fixed_and_ignores_the_rest_of_the_batch():
-    attn = _build(factor=2)
-    q, k, v = qkv(3, H, 45)
-    mask = padding_mask(3, 45, (0, 7, 20))
-    out = attn(q, k, v, key_padding_mask=mask)
-    torch.manual_seed(99)
-    assert torch.equal(attn(q, k, v, key_padding_mask=mask), out)
-    assert torch.equal(attn(q[1:2], k[1:2], v[1:2], key_padding_mask=mask[1:2]), out[1:2])
-    assert torch.equal(attn(q[2:], k[2:], v[2:], key_padding_mask=mask[2:]), out[2:])
-
-
-def test_training_redraws_each_forward_from_the_seed_alone():
-    q, k, v = qkv(3, H, 45)
-    a, b, c = _build(3, factor=2).train(), _build(3, factor=2).train(), _build(4, factor=2)
-    outs_a, outs_b = [], []
-    for step in range(3):
-        torch.manual_seed(step)
-        outs_a.append(a(q, k, v))
-        torch.manual_seed(100 + step)
-        outs_b.append(b(q[1:2], k[1:2], v[1:2]))
-    for out_a, out_b in zip(outs_a, outs_b, strict=True):
-        assert torch.equal(out_a[1:2], out_b)
-    assert not torch.allclose(outs_a[0], outs_a[1]) and not torch.allclose(outs_a[1], outs_a[2])
-    assert not torch.equal(a.eval().uniforms(45, 45), c.uniforms(45, 45))
-
-
-def test_state_dict_keeps_the_eval_sample_and_the_draw_sequence():
-    a = _build(7, factor=2).train()
-    q, k, v = qkv(1, H, 45)
-    a(q, k, v)
-    a(q, k, v)
-    b = _build(0, factor=2).train()
-    b.load_state_dict(a.state_dict())
-    assert torch.equal(b(q, k, v), a(q, k, v))  # draw 3 of seed 7 for both
-    a.eval(), b.eval()
-    assert torch.equal(b.uniforms(45, 45), a.uniforms(45, 45))
-    assert torch.equal(b(q, k, v), a(q, k, v))
-
-
-def test_checkpoint_recomputation_reuses_the_draw():
-    a, b = _build(5, factor=2).train(), _build(5, factor=2).train()
-    q, k, v = qkv(1, H, 45, requires_grad=True)
-    out_a = checkpoint(a, q, k, v, use_reentrant=False)
-    out_b = b(q, k, v)
-    assert_close(out_a, out_b)
-    for g_a, g_b in zip(grads(out_a, q, k, v), grads(out_b, q, k, v), strict=True):
-        assert_close(g_a, g_b)
-    assert a.get_extra_state()["draws"] == 1
-
-
 @pytest.mark.parametrize(
     ("options", "match"),
     [
         ({"factor": 0}, "factor must be a positive int, got 0"),
-        ({"seed": -1}, "seed must be an int >= 0, got -1"),
         ({"scale": 0.0}, "scale must be positive or None, got 0.0"),
     ],
 )
 def test_options_are_checked(options, match):
     with pytest.raises(ValueError, match=match):
         kattn.build("informer", head_dim=D, num_heads=H, **options)
-
-
-def test_a_foreign_extra_state_is_refused():
-    with pytest.raises(ValueError, match="seed"):
-        _build().set_extra_state({"seed": "x", "draws": 0})

@@ -1,7 +1,7 @@
 """Reformer LSH attention: the hash, the dense reference against a pair-by-pair construction
 of the paper's rule, the chunked path against the reference (forward and gradients), the
-self rule, shared QK, causality, padding, half precision, the module's seeded rotations and
-the option checks."""
+self rule, shared QK, causality, padding, half precision and the option checks. The
+seeded-draw contract is tested for every mechanism in ``test_seeded.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import math
 
 import pytest
 import torch
-from torch.utils.checkpoint import checkpoint
 
 import kattn
 from kattn.functional import (
@@ -259,34 +258,6 @@ def test_half_precision_inputs_give_a_close_output_in_their_dtype(dtype):
     assert (out.float() - ref).norm() / ref.norm() < 0.02
 
 
-def test_eval_is_fixed_per_seed_and_independent_of_the_batch():
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().eval()
-    q, k, v = qkv(3, H, 33)
-    torch.manual_seed(1)
-    out = attn(q, k, v)
-    torch.manual_seed(2)
-    assert torch.equal(attn(q, k, v), out)
-    assert_close(attn(q[1:2], k[1:2], v[1:2]), out[1:2])
-    other = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4, seed=5).double()
-    assert not torch.allclose(other.eval()(q, k, v), out)
-
-
-def test_training_redraws_each_forward_reuses_it_under_checkpointing_and_state_dict_resumes():
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().train()
-    q, k, v = qkv(1, H, 40, requires_grad=True)
-    first, second = attn(q, k, v), attn(q, k, v)
-    assert not torch.allclose(first, second)
-    assert attn.get_extra_state() == {"seed": 0, "draws": 2}
-    out = checkpoint(attn, q, k, v, use_reentrant=False)
-    out.sum().backward()  # the recomputation inside backward reuses draw 3
-    assert attn.get_extra_state()["draws"] == 3
-    clone = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().train()
-    clone.load_state_dict(attn.state_dict())
-    assert torch.equal(clone(q, k, v), attn(q, k, v))  # both take draw 4
-    with pytest.raises(ValueError, match="draws"):
-        clone.set_extra_state({"seed": 0})
-
-
 def test_options_and_refusals():
     attn = kattn.build("reformer", head_dim=16, num_heads=H, max_len=64)
     assert attn.bucket_size == 64 and attn.num_hashes == 2 and attn.shared_qk
@@ -297,7 +268,7 @@ def test_options_and_refusals():
         attn(q, k[:, :, :7], v[:, :, :7])
     with pytest.raises(NotImplementedError, match="recurrent"):
         attn.init_state(1, H)
-    for bad in ({"bucket_size": 0}, {"num_hashes": 0}, {"seed": -1}):
+    for bad in ({"bucket_size": 0}, {"num_hashes": 0}):
         with pytest.raises(ValueError):
             kattn.build("reformer", head_dim=16, num_heads=H, **bad)
     with pytest.raises(TypeError, match="shared_qk"):
