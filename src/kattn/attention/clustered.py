@@ -21,6 +21,9 @@ not copied):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, ClassVar
+
 from torch import Tensor
 
 from ..checks import boolean, positive_float_or_none, positive_int
@@ -76,6 +79,11 @@ class ClusteredAttention(SeededDraws, Attention):
     supports_recurrent = False
     is_exact = False
     draw_stream = "clustered"
+    #: the attention function and its dense reference, called on the clustering.
+    _paths: ClassVar[tuple[Callable[..., Tensor], Callable[..., Tensor]]] = (
+        clustered_attention,
+        clustered_attention_reference,
+    )
 
     def __init__(
         self,
@@ -159,8 +167,8 @@ class ClusteredAttention(SeededDraws, Attention):
         *,
         reference: bool,
     ) -> Tensor:
-        fn = clustered_attention_reference if reference else clustered_attention
-        return fn(
+        fast, dense = self._paths
+        return (dense if reference else fast)(
             q,
             k,
             v,
@@ -169,7 +177,12 @@ class ClusteredAttention(SeededDraws, Attention):
             key_padding_mask=key_padding_mask,
             query_padding_mask=query_mask,
             scale=self.scale,
+            **self._path_options(),
         )
+
+    def _path_options(self) -> dict[str, Any]:
+        """The options of the attention function beyond those of plain clustered attention."""
+        return {}
 
     def extra_repr(self) -> str:
         return (
@@ -194,6 +207,8 @@ class ImprovedClusteredAttention(ClusteredAttention):
         topk: keys each cluster reads exactly, a positive int; other options as
             :class:`ClusteredAttention`.
     """
+
+    _paths = (improved_clustered_attention, improved_clustered_attention_reference)
 
     def __init__(
         self,
@@ -223,29 +238,8 @@ class ImprovedClusteredAttention(ClusteredAttention):
         self._check_option_types(topk=topk)
         self.topk = positive_int("topk", topk)
 
-    def _attention(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        assignment: Tensor,
-        key_padding_mask: Tensor | None,
-        query_mask: Tensor | None,
-        *,
-        reference: bool,
-    ) -> Tensor:
-        fn = improved_clustered_attention_reference if reference else improved_clustered_attention
-        return fn(
-            q,
-            k,
-            v,
-            assignment,
-            num_clusters=self.num_clusters,
-            topk=self.topk,
-            key_padding_mask=key_padding_mask,
-            query_padding_mask=query_mask,
-            scale=self.scale,
-        )
+    def _path_options(self) -> dict[str, Any]:
+        return {"topk": self.topk}
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, topk={self.topk}"
