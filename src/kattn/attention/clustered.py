@@ -264,6 +264,7 @@ register_mechanism(
     "R = bits)",
     approximates="softmax",
     size_option="num_clusters",
+    colour="#fdae6b",
 )
 
 register_mechanism(
@@ -276,4 +277,5 @@ register_mechanism(
     "k-means O(L·C·R), R = bits)",
     approximates="softmax",
     size_option="num_clusters",
+    colour="#fd8d3c",
 )

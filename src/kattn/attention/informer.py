@@ -181,4 +181,5 @@ register_mechanism(
     "u = c·⌈ln L⌉ exact queries)",
     approximates="softmax",
     size_option=None,
+    colour="#31a354",
 )

@@ -207,4 +207,5 @@ register_mechanism(
     reference="Tay, Bahri, Yang, Metzler, Juan, Sparse Sinkhorn Attention, ICML 2020",
     complexity="O(L·b·D + N²·D) time, O(L·b + N²) memory (b = block_size, N = ⌈L/b⌉ blocks)",
     size_option=None,
+    colour="#756bb1",
 )

@@ -162,4 +162,5 @@ register_mechanism(
     "C = cluster_size)",
     approximates="softmax",
     size_option="cluster_size",
+    colour="#3182bd",
 )

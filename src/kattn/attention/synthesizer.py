@@ -262,4 +262,5 @@ register_mechanism(
     "for Transformer Models, ICML 2021",
     complexity="O(Lq·Lk·(D + Dv)) time, O(Lq·Lk) memory (quadratic by design)",
     size_option=None,
+    colour="#636363",
 )
