@@ -52,19 +52,22 @@ class ReformerAttention(SeededDraws, Attention):
     n − 1 and n; the self rule then concerns key i, the one at query i's position.
 
     ``attend_across_buckets=True`` (trax, HF and reformer-pytorch): every key in the two
-    chunks counts; False: only those of the query's bucket (the paper's ``P_i``).
+    chunks counts; False: only those of the query's bucket (the paper's ``P_i``). The option
+    concerns the non-causal form only.
 
     Randomness: the rotations follow the seeded contract of :mod:`kattn.attention.seeded`
     (a generator owned by the module, the same for every batch item, fixed in ``eval()`` per
     number of buckets, redrawn per training forward, reused under checkpointing, seed and
     draws in ``state_dict()``).
 
-    Causal: no query reads a later key or value (masked by original position), but, as in
-    the paper and trax, the sorted order that decides which earlier keys share a query's
-    chunks is that of the whole sequence, so a later token's bucket can change which earlier
-    keys a query reads. Cross-attention is not defined (a query's keys are those sorted next
-    to it in the same sequence), and there is no recurrent form (the sort needs the whole
-    sequence).
+    Causal (kattn's causal form, not the paper's): the paper's causal chunking masks later
+    keys, but which earlier keys share a query's chunk depends on the sort of the whole
+    sequence, later tokens included. Here each round a query reads the ``2·bucket_size − 1``
+    most recent earlier keys of its own bucket, a sliding window in the sorted order that
+    depends on no later token; keys of other buckets never count, rounds and the self rule
+    are as above, padded positions read nothing. Cross-attention is not defined (a query's
+    keys are those sorted next to it in the same sequence), and there is no recurrent form
+    (the sort needs the whole sequence).
 
     Args:
         bucket_size: m, positions per chunk of the sorted order (the paper's chunk length).

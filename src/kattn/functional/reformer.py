@@ -10,7 +10,7 @@ query i may read the keys of its own chunk and of the chunk before it (the paper
 - ``attend_across_buckets=True`` (trax's LSHSelfAttention, HF ``transformers``,
   reformer-pytorch's default): every key of those chunks counts; False: only keys of query
   i's bucket (the paper's ``P_i = {j : h(q_i) = h(k_j)}`` intersected with the chunks);
-- causal: only ``j ≤ i`` (original positions);
+- causal: kattn's causal form below replaces the chunks;
 - never i itself (``j ≠ i``, §2 "Causal masking for shared-QK attention"), except that a
   token whose pattern is empty in every round reads its own value alone (the first token of a
   causal sequence);
@@ -38,8 +38,18 @@ queries and keys share one sorted order; with ``shared_qk=False`` (kattn's exten
 are hashed with the same rotations and sorted separately, and query chunk n reads key chunks
 n − 1 and n.
 
-Causal caveat (as in the paper and trax): no query reads a later key or value, but which
-earlier keys land in its chunks depends on every token's bucket, later ones included.
+Causal form (kattn's, not the paper's): the paper's and trax's causal attention masks
+``j > i`` inside the chunks, so no later key or value is read, but which earlier keys share a
+query's chunks depends on the sort of the whole sequence, later tokens' buckets included.
+Here, in each round, query i reads the ``W = 2m − 1`` most recent keys ``j < i`` of its own
+bucket ``h(q_i)`` (fewer if the bucket has fewer): a sliding window in the sorted order
+restricted to one bucket, whose order inside a bucket is position order, so the set depends
+only on tokens ``≤ i``. ``W = 2m − 1`` mirrors "own chunk and the chunk before" of the
+non-causal form. Keys of other buckets never count (``attend_across_buckets`` concerns the
+non-causal form only), the rounds are merged and the self rule applied as above, and padded
+positions read and count nowhere. The fast path cuts the real queries, in sorted order,
+into blocks of at most m whose keys all lie in three consecutive key chunks
+(:func:`kattn.functional.reformer_chunks.causal_layout`).
 
 Shapes: B batch, H heads, L length, D head dim, Dv value dim, R rounds, nb buckets, m the
 chunk length, nc = ⌈L/m⌉ chunks per round.
@@ -55,7 +65,7 @@ from torch import Tensor
 from ..checks import positive_int
 from .lsh import dense_rank, lsh_buckets, reformer_num_buckets, sorted_order
 from .numerics import accumulation_dtype, autocast_off
-from .reformer_chunks import ChunkAttention, ChunkPlan, chunk_mask
+from .reformer_chunks import ChunkAttention, ChunkPlan, causal_layout, chunk_mask
 
 __all__ = [
     "lsh_buckets",
@@ -93,10 +103,12 @@ def reformer_attention(
             v: ``(B, H, L, Dv)``.
         rotations: ``(H or 1, D, R, nb/2)``, the random projections of the R rounds.
         bucket_size: m, positions per chunk of the sorted order.
-        causal: keys ``j ≤ i`` only.
+        causal: the causal form (module docstring): the ``2m − 1`` most recent earlier keys
+            of the query's bucket, each round.
         key_padding_mask: ``(B, L)`` bool, True marks padding.
         shared_qk: keys are ``q/‖q‖`` (k is not read) when True.
-        attend_across_buckets: whether keys of another bucket in the two chunks count.
+        attend_across_buckets: whether keys of another bucket in the two chunks count (the
+            non-causal form only).
         scale: logit scale, default ``1/√D``.
 
     Returns:
@@ -122,8 +134,12 @@ def reformer_attention(
         order_k = order_q if shared_qk else sorted_order(hashes_k, pad, lp)
         if bool(pad.any()):  # padded rows become zeros, so no NaN stored there gets through
             k, v = (x.masked_fill(pad[:, None, :, None], 0.0) for x in (k, v))
-        allowed = chunk_mask(order_q, order_k, hashes_q, hashes_k, pad, m, causal, across)
-        plan = ChunkPlan(order_q, order_k, allowed, length, m, scale)
+        if causal:  # the same-bucket sliding window, blocks reading three key chunks
+            blocks, starts, allowed = causal_layout(order_q, order_k, hashes_q, hashes_k, pad, m)
+            plan = ChunkPlan(blocks, order_k, allowed, length, m, scale, starts)
+        else:
+            allowed = chunk_mask(order_q, order_k, hashes_q, hashes_k, pad, m, across)
+            plan = ChunkPlan(order_q, order_k, allowed, length, m, scale)
         out_r, lse_r = ChunkAttention.apply(  # (B, H, R, L, Dv), (B, H, R, L)
             q.to(acc), _unit(q.to(acc)) if shared_qk else k.to(acc), v.to(acc), plan
         )
@@ -154,7 +170,9 @@ def reformer_attention_reference(
 ) -> Tensor:
     """The same attention (same arguments, same hashes) from the definition, in O(R·L²)
     time and memory: each round's sorted slot of position i counted as the number of tokens
-    before it in (padding, bucket, position) order, its dense ``(L, L)`` pattern ``P^(r)``,
+    before it in (padding, bucket, position) order, its dense ``(L, L)`` pattern ``P^(r)``
+    (causal: the pairs of one bucket with ``j < i`` and at most ``2m − 1`` real keys of the
+    bucket in ``j … i − 1``, counted by prefix sums, independently of any chunking),
     ``N_ij`` the number of rounds holding (i, j), one masked softmax per round of the logits
     minus ``log N_ij`` (the paper's App. A), the rounds weighted by ``exp(lse_r − lse)``, and
     ``v_i`` itself where no round holds a key."""
@@ -169,17 +187,17 @@ def reformer_attention_reference(
     k_ = k_.masked_fill(pad[:, None, :, None], 0.0)
     hq = lsh_buckets(q, rotations)
     hk = hq if shared_qk else lsh_buckets(k, rotations)
-    cq = dense_rank(hq, pad) // m  # (B, H, R, L): the chunk of each query, each round
-    ck = dense_rank(hk, pad) // m
-    i = torch.arange(length, device=q.device)
-    ci, cj = cq[..., :, None], ck[..., None, :]
-    held = (cj <= ci) & (cj >= ci - 1)  # (B, H, R, L, L)
-    if not attend_across_buckets:
-        held &= hq[..., :, None] == hk[..., None, :]
-    rule = (i[None, :] != i[:, None]) & ~pad[:, None, None, None, :]
     if causal:
-        rule &= i[None, :] <= i[:, None]
-    held &= rule
+        held = _causal_pattern(hq, hk, pad, 2 * m - 1)
+    else:
+        cq = dense_rank(hq, pad) // m  # (B, H, R, L): the chunk of each query, each round
+        ck = dense_rank(hk, pad) // m
+        i = torch.arange(length, device=q.device)
+        ci, cj = cq[..., :, None], ck[..., None, :]
+        held = (cj <= ci) & (cj >= ci - 1)  # (B, H, R, L, L)
+        if not attend_across_buckets:
+            held &= hq[..., :, None] == hk[..., None, :]
+        held &= (i[None, :] != i[:, None]) & ~pad[:, None, None, None, :]
     count = held.sum(dim=2, keepdim=True)  # N_ij
     logits = torch.einsum("bhid,bhjd->bhij", q_, k_)[:, :, None] * scale
     logits = logits - torch.log(count.clamp_min(1).to(acc))
@@ -194,6 +212,22 @@ def reformer_attention_reference(
 
 
 # ------------------------------------------------------------------------------- helpers
+def _causal_pattern(hq: Tensor, hk: Tensor, pad: Tensor, window: int) -> Tensor:
+    """The causal form pair by pair, ``(B, H, R, L, L)``: query i (not padded) holds key j
+    when ``j < i``, j is not padded, ``h(q_i) = h(k_j)`` and at most ``window`` real keys of
+    that bucket lie in positions ``j … i − 1`` (counted with an exclusive prefix sum)."""
+    length = hk.shape[-1]
+    real = ~pad[:, None, None, :]
+    nb = int(torch.maximum(hq.max(), hk.max())) + 1 if hk.numel() else 1
+    member = torch.nn.functional.one_hot(hk, nb) * real[..., None]  # (B, H, R, L, nb)
+    before = (member.cumsum(dim=3) - member).transpose(-1, -2)  # [b, x]: real keys of b < x
+    at = before.gather(3, hq[..., None].expand(*hq.shape, length))  # [i, j]: C_{h(q_i)}(j)
+    count = at.diagonal(dim1=-2, dim2=-1)[..., None] - at  # real keys of h(q_i) in [j, i)
+    i = torch.arange(length, device=hq.device)
+    held = (hq[..., :, None] == hk[..., None, :]) & (i[None, :] < i[:, None])
+    return held & (count <= window) & real[..., None, :] & real[..., :, None]
+
+
 def _padding(key_padding_mask: Tensor | None, b: int, length: int, device: torch.device) -> Tensor:
     if key_padding_mask is None:
         return torch.zeros(b, length, dtype=torch.bool, device=device)

@@ -20,7 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from .lsh import slots
 
-__all__ = ["ChunkAttention", "ChunkPlan", "chunk_mask"]
+__all__ = ["ChunkAttention", "ChunkPlan", "causal_key_ranges", "causal_layout", "chunk_mask"]
 
 #: score elements computed at once (the chunks are processed in groups of about this size).
 _CHUNK_ELEMENTS = 1 << 20
@@ -31,46 +31,67 @@ _MASKED = -1e30
 
 class ChunkPlan:
     """Row indices for :class:`ChunkAttention`, per (b, h, round), ``(B·H·R, ·)``: the rows
-    of q in sorted order (filler slots read row 0 and are masked), the rows of k and v of
-    ``m`` front filler slots (chunk 0's missing previous chunk) then the sorted order, and
-    the output rows of the sorted queries (a filler slot sees no key and is not written)."""
+    of q of each block of ``m`` query slots (filler slots read row 0 and are masked), the
+    rows of k and v of each block's window of ``span`` key chunks, and the output rows of
+    the queries (a filler slot sees no key and is not written).
+
+    ``order_q`` ``(B, H, R, NB·m)`` holds the query position of each slot of the NB blocks,
+    ``order_k`` ``(B, H, R, Lp)`` the key sorted order, ``allowed`` the ``(…, m, span·m)``
+    masks of the blocks and ``starts`` ``(B, H, R, NB)`` the first key chunk of each block's
+    window counted from ``span − 1`` front filler chunks (default: block n reads key chunks
+    n − span + 1 … n)."""
 
     def __init__(
-        self, order_q: Tensor, order_k: Tensor, allowed: Tensor, length: int, m: int, scale: float
+        self,
+        order_q: Tensor,
+        order_k: Tensor,
+        allowed: Tensor,
+        length: int,
+        m: int,
+        scale: float,
+        starts: Tensor | None = None,
     ) -> None:
-        b, h, rounds, lp = order_q.shape
-        bh = torch.arange(b * h, device=order_q.device).view(b, h, 1, 1)
-        r = torch.arange(rounds, device=order_q.device).view(1, 1, rounds, 1)
-        front = order_k.new_zeros(b, h, rounds, m)
-        self.rows_q = (order_q + bh * length).view(-1, lp)
-        self.rows_k = (torch.cat([front, order_k], dim=-1) + bh * length).view(-1, m + lp)
-        self.rows_out = (order_q + (bh * rounds + r) * length).view(-1, lp)
-        self.allowed = allowed.view(-1, lp // m, m, 2 * m)
+        b, h, rounds, lq = order_q.shape
+        nblocks, span = lq // m, allowed.shape[-1] // m
+        device = order_q.device
+        bh = torch.arange(b * h, device=device).view(b, h, 1, 1)
+        r = torch.arange(rounds, device=device).view(1, 1, rounds, 1)
+        front = order_k.new_zeros(b, h, rounds, (span - 1) * m)
+        back = order_k.new_zeros(b, h, rounds, m)  # a window may end one chunk past Lp
+        keys = (torch.cat([front, order_k, back], dim=-1) + bh * length).view(b * h * rounds, -1)
+        if starts is None:
+            starts = torch.arange(nblocks, device=device).expand(b, h, rounds, nblocks)
+        window = torch.arange(span * m, device=device)
+        index = (starts.reshape(-1, nblocks, 1) * m + window).view(keys.shape[0], -1)
+        self.rows_q = (order_q + bh * length).view(-1, lq)
+        self.rows_k = keys.gather(1, index)  # (N, NB·span·m)
+        self.rows_out = (order_q + (bh * rounds + r) * length).view(-1, lq)
+        self.allowed = allowed.reshape(-1, nblocks, m, span * m)
         self.shape, self.length, self.m, self.scale = (b, h, rounds), length, m, scale
-        per_chunk = self.rows_q.shape[0] * m * 2 * m
+        self.span = span
+        per_chunk = self.rows_q.shape[0] * m * span * m
         step = max(1, _CHUNK_ELEMENTS // per_chunk)
-        self.groups = [(c0, min(lp // m, c0 + step)) for c0 in range(0, lp // m, step)]
+        self.groups = [(c0, min(nblocks, c0 + step)) for c0 in range(0, nblocks, step)]
 
     def read(self, c0: int, c1: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Flat int64 rows of chunks c0..c1: the queries ``(N·c·m,)``, the keys of each
-        chunk's window of two blocks ``(N·c·2m,)`` and the outputs ``(N·c·m,)``."""
-        m = self.m
-        windows = self.rows_k[:, c0 * m : (c1 + 1) * m].unfold(1, 2 * m, m)  # (N, c, 2m)
+        """Flat int64 rows of blocks c0..c1: the queries ``(N·c·m,)``, the keys of each
+        block's window ``(N·c·span·m,)`` and the outputs ``(N·c·m,)``."""
+        m, w = self.m, self.span * self.m
         return (
             self.rows_q[:, c0 * m : c1 * m].reshape(-1),
-            windows.reshape(-1),
+            self.rows_k[:, c0 * w : c1 * w].reshape(-1),
             self.rows_out[:, c0 * m : c1 * m].reshape(-1),
         )
 
     def gather(self, q: Tensor, k: Tensor, v: Tensor, c0: int, c1: int) -> tuple[Tensor, ...]:
-        """Chunks c0..c1 as ``N·c`` batches: the scaled queries ``(·, m, D)``, their keys and
-        values ``(·, 2m, ·)``, the mask ``(·, m, 2m)`` and the three row index lists."""
+        """Blocks c0..c1 as ``N·c`` batches: the scaled queries ``(·, m, D)``, their keys and
+        values ``(·, span·m, ·)``, the mask ``(·, m, span·m)`` and the three row lists."""
         iq, ik, io = self.read(c0, c1)
-        nc, m = self.rows_q.shape[0] * (c1 - c0), self.m
+        nc, m, w = self.rows_q.shape[0] * (c1 - c0), self.m, self.span * self.m
         qg = q.index_select(0, iq).view(nc, m, -1).mul_(self.scale)
-        kw = k.index_select(0, ik).view(nc, 2 * m, -1)
-        vw = v.index_select(0, ik).view(nc, 2 * m, -1)
-        allowed = self.allowed[:, c0:c1].reshape(nc, m, 2 * m)
+        kw = k.index_select(0, ik).view(nc, w, -1)
+        vw = v.index_select(0, ik).view(nc, w, -1)
+        allowed = self.allowed[:, c0:c1].reshape(nc, m, w)
         return qg, kw, vw, allowed, iq, ik, io
 
 
@@ -134,11 +155,10 @@ def chunk_mask(
     hashes_k: Tensor,
     pad: Tensor,
     m: int,
-    causal: bool,
     across: bool,
 ) -> Tensor:
     """``(B, H, R·nc, m, 2m)`` bool, True where query slot s may read the key slot of
-    ``[previous chunk, own chunk]``: not itself, not later (causal), the same bucket (unless
+    ``[previous chunk, own chunk]`` (the non-causal form): not itself, the same bucket (unless
     ``across``) held by no earlier round (each key counts once), and neither a padded key nor
     a filler slot."""
     b, h, rounds, lp = order_q.shape
@@ -151,8 +171,6 @@ def chunk_mask(
     key_pad[..., length:] = True  # the filler slots
     key_pad = key_pad.view(b, h, rounds, nc, m)
     allowed = (kwin != qpos) & ~torch.cat([key_pad.roll(1, dims=3), key_pad], dim=-1)[..., None, :]
-    if causal:
-        allowed &= kwin <= qpos
     allowed[:, :, :, 0, :, :m] = False  # chunk 0 of a round has no previous chunk
     allowed.view(b, h, rounds, lp, 2 * m)[:, :, :, length:] = False  # filler queries
 
@@ -177,3 +195,72 @@ def chunk_mask(
                     held &= bq[:, :, e, r] == bk[:, :, e, r]
                 allowed[:, :, r] &= ~held
     return allowed.view(b, h, rounds * nc, m, 2 * m)
+
+
+def causal_key_ranges(
+    order_k: Tensor, hashes_q: Tensor, hashes_k: Tensor, pad: Tensor, window: int
+) -> tuple[Tensor, Tensor]:
+    """The causal form's keys of each query position i, round by round: the key slots
+    ``[lo_i, hi_i)`` of the sorted order, ``hi_i`` the slot where (bucket h(q_i), position i)
+    would be inserted among the real keys (so the slots before it in its bucket are exactly
+    the keys ``j < i`` of that bucket) and ``lo_i = max(first slot of the bucket, hi_i −
+    window)``: the ``window`` most recent earlier keys of the bucket. ``(B, H, R, L)`` each."""
+    length = hashes_k.shape[-1]
+    pos = torch.arange(length, device=hashes_k.device)
+    top = int(torch.maximum(hashes_q.max(), hashes_k.max())) + 1 if hashes_k.numel() else 1
+    key = torch.where(pad[:, None, None, :], top, hashes_k) * length + pos
+    ordered = key.gather(-1, order_k[..., :length]).contiguous()  # ascending: real keys first
+    hi = torch.searchsorted(ordered, (hashes_q * length + pos).contiguous())
+    first = torch.searchsorted(ordered, (hashes_q * length).contiguous())
+    return torch.maximum(first, hi - window), hi
+
+
+def causal_layout(
+    order_q: Tensor, order_k: Tensor, hashes_q: Tensor, hashes_k: Tensor, pad: Tensor, m: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The blocks of the causal form (window ``W = 2m − 1`` key slots): ``(query positions
+    (B, H, R, NB·m), starts (B, H, R, NB), allowed (B, H, R, NB, m, 3m))`` for
+    :class:`ChunkPlan` with a window of three key chunks.
+
+    The real queries, in (bucket, position) order, have nondecreasing ``hi``; those with
+    ``⌊hi/m⌋ = g`` need only key chunks g − 2 … g (``hi − W ≥ (g − 2)·m + 1``), so each
+    such group is cut into blocks of m and its blocks read those three chunks. With shared
+    QK, ``hi`` is the query's own slot and the blocks are the chunks of the sorted order;
+    otherwise there are at most ``⌈L/m⌉ + nc + 1`` blocks. Padded queries read nothing.
+    Keys held by an earlier round are dropped (each key counts once)."""
+    b, h, rounds, length = hashes_q.shape
+    nc = -(-length // m)
+    lo, hi = causal_key_ranges(order_k, hashes_q, hashes_k, pad, 2 * m - 1)
+    oq = order_q[..., :length]
+    real = ~pad[:, None, None, :].expand(b, h, rounds, length).gather(-1, oq)
+    group = torch.where(real, hi.gather(-1, oq) // m, nc + 1)  # nondecreasing; padding last
+    counts = torch.zeros(b, h, rounds, nc + 2, dtype=torch.long, device=oq.device)
+    counts.scatter_add_(-1, group, torch.ones_like(group))
+    blocks = (counts + m - 1) // m
+    blocks[..., -1] = 0  # the padded queries' group has no block
+    nblocks = max(1, int(blocks.sum(-1).max()))
+    rank = torch.arange(length, device=oq.device) - (counts.cumsum(-1) - counts).gather(-1, group)
+    block = torch.where(real, (blocks.cumsum(-1) - blocks).gather(-1, group) + rank // m, nblocks)
+    dest = torch.where(real, block * m + rank % m, nblocks * m)  # the last slot: a bin
+    slots_shape = (b, h, rounds, nblocks * m + 1)
+    qpos = oq.new_zeros(slots_shape).scatter_(-1, dest, oq)[..., :-1]
+    valid = real.new_zeros(slots_shape).scatter_(-1, dest, real)[..., :-1]
+    starts = group.new_zeros(b, h, rounds, nblocks + 1).scatter_(-1, block, group)[..., :-1]
+    t = (starts[..., None] - 2) * m + torch.arange(3 * m, device=oq.device)  # (…, NB, 3m)
+    lo_q = lo.gather(-1, qpos).view(b, h, rounds, nblocks, m, 1)
+    hi_q = hi.gather(-1, qpos).view(b, h, rounds, nblocks, m, 1)
+    allowed = (t[..., None, :] >= lo_q) & (t[..., None, :] < hi_q)
+    allowed &= valid.view(b, h, rounds, nblocks, m, 1)
+    if rounds > 1:
+        keys = torch.cat([order_k.new_zeros(b, h, rounds, 2 * m), order_k], dim=-1)
+        keys = torch.cat([keys, order_k.new_zeros(b, h, rounds, m)], dim=-1)
+        kpos = keys.gather(-1, (t + 2 * m).clamp_max(keys.shape[-1] - 1).flatten(-2))
+        ks = slots(order_k, length)
+        for r in range(1, rounds):  # drop what rounds 0 … r − 1 already hold
+            qr, kr = qpos[:, :, r], kpos[:, :, r]
+            for e in range(r):
+                ke = ks[:, :, e].gather(-1, kr).view(b, h, nblocks, 1, 3 * m)
+                le = lo[:, :, e].gather(-1, qr).view(b, h, nblocks, m, 1)
+                he = hi[:, :, e].gather(-1, qr).view(b, h, nblocks, m, 1)
+                allowed[:, :, r] &= ~((ke >= le) & (ke < he))
+    return qpos, starts, allowed
