@@ -11,8 +11,9 @@ registered defaults (``kattn.build(name, head_dim=64, num_heads=4, max_len=L)``)
   packages are importable (``--peer-site`` adds a site-packages folder to the path), lucidrains'
   ``reformer-pytorch`` ``LSHAttention`` (bucket 64, 2 hashes, as kattn's defaults) and
   ``sinkhorn-transformer`` ``SinkhornAttention`` (block 64, as kattn's). Rows whose
-  ``(B, H, L, L)`` fp32 scores exceed ``--memory-cap-gb`` (SDPA's time grows with them,
-  synthesizer stores them) are skipped at that length, with a note.
+  ``(B, H, L, L)`` fp32 scores exceed ``--memory-cap-gb`` (SDPA, whose time grows with them)
+  or ``--stored-cap-gb`` (synthesizer, which stores them) are skipped at that length, with a
+  note.
 * Causal rows: ``rfa`` and ``rfa_gate`` (Peng et al. 2021), for the gate's cost.
 * Forward + backward of ``out`` against a fixed random gradient, and the forward alone under
   ``torch.no_grad()``: the median over interleaved rounds of the median of the calls in each
@@ -50,8 +51,9 @@ B, H, D = 1, 4, 64
 NON_CAUSAL = ("reformer", "smyrf", "clustered", "improved_clustered", "sinkhorn", "synthesizer",
               "informer")  # fmt: skip
 CAUSAL = ("rfa", "rfa_gate")
-#: rows that store (L, L) scores, run only where they fit under the cap
-QUADRATIC = (SDPA, "synthesizer")
+#: rows whose time grows with (L, L) scores (SDPA: the fused kernel never stores them) and
+#: rows that store them, each run only where the scores fit under its cap
+QUADRATIC = {SDPA: "memory_cap_gb", "synthesizer": "stored_cap_gb"}
 REFORMER_PEER, SINKHORN_PEER = "reformer-pytorch", "sinkhorn-transformer"
 
 
@@ -131,20 +133,25 @@ def build(row: str, length: int) -> torch.nn.Module:
     return _Causal(attn) if row.endswith(" causal") else attn
 
 
-def rows_at(length: int, rows: list[str], cap_gb: float, notes: list[str]) -> list[str]:
-    if dense_fits(length, B, H, cap_gb * 2**30):
-        return rows
-    gib = score_bytes(length, B, H) / 2**30
-    notes.append(
-        f"L={length}: {', '.join(f'`{r}`' for r in QUADRATIC)} skipped, their (B, H, L, L) "
-        f"fp32 scores ({gib:.0f} GiB) exceed the {cap_gb:g} GiB cap."
-    )
-    return [r for r in rows if r not in QUADRATIC]
+def rows_at(length: int, rows: list[str], args, notes: list[str]) -> list[str]:
+    """The rows run at ``length``: the quadratic ones only where their scores fit their cap."""
+    kept = []
+    for row in rows:
+        cap = getattr(args, QUADRATIC[row]) if row in QUADRATIC else None
+        if cap is None or dense_fits(length, B, H, cap * 2**30):
+            kept.append(row)
+            continue
+        gib = score_bytes(length, B, H) / 2**30
+        notes.append(
+            f"L={length}: `{row}` skipped, its (B, H, L, L) fp32 scores ({gib:.0f} GiB) exceed "
+            f"the {cap:g} GiB cap (--{QUADRATIC[row].replace('_', '-')})."
+        )
+    return kept
 
 
 def measure_length(length: int, rows: list[str], args, notes: list[str]) -> dict:
     q, k, v, grad = inputs(length)
-    modules = {row: build(row, length) for row in rows_at(length, rows, args.memory_cap_gb, notes)}
+    modules = {row: build(row, length) for row in rows_at(length, rows, args, notes)}
     fwd = {row: forward_fn(m, q, k, v) for row, m in modules.items()}
     train = {row: train_fn(m, q, k, v, grad) for row, m in modules.items()}
     fwd_mem = {row: peak_memory_bytes(fn) for row, fn in fwd.items()}  # also warms up
@@ -179,8 +186,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds, L ≤ 4096")
     parser.add_argument("--long-rounds", type=int, default=3, help="rounds for L > 4096")
     parser.add_argument("--seconds", type=float, default=0.3, help="per candidate per round")
-    parser.add_argument("--memory-cap-gb", type=float, default=2.0,
-                        help="run rows that store L×L scores only where these fit")  # fmt: skip
+    parser.add_argument("--memory-cap-gb", type=float, default=4.0,
+                        help="run SDPA only where its L×L fp32 scores fit (its time grows with "
+                        "them; the fused kernel never stores them)")  # fmt: skip
+    parser.add_argument("--stored-cap-gb", type=float, default=2.0,
+                        help="run synthesizer, which stores L×L scores (more for backward), "
+                        "only where they fit")  # fmt: skip
     parser.add_argument("--peer-site", action="append", default=[], type=Path,
                         help="a site-packages folder with a peer package (repeatable)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=None,
@@ -220,6 +231,7 @@ def main() -> None:
             "rounds": f"{args.rounds} (L ≤ 4096), {args.long_rounds} (longer)",
             "seconds_per_round": args.seconds,
             "memory_cap_gb": args.memory_cap_gb,
+            "stored_cap_gb": args.stored_cap_gb,
         },
         "load_average": {"start": load_start, "end": os.getloadavg()},
         "wall_seconds": time.perf_counter() - start,

@@ -57,6 +57,7 @@ NOT_YET_CHECKED: tuple[str, ...] = ()
 PAGES = (
     "README.md",
     "docs/api.md",
+    "docs/baselines.md",
     "docs/choosing-a-mechanism.md",
     "docs/feedforward-kernels.md",
     "docs/kernelized.md",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .entries import Block
 from .sources import (
+    BASELINE_LISTOPS_RUNS,
+    BASELINES,
     DEMO_REPORT,
     FOUNDATION,
     LEARNED,
@@ -38,6 +40,7 @@ from .tables import (
     rpe_sweep,
     times_table,
 )
+from .tables_baselines import baselines_listops, baselines_speed
 from .tables_nystrom import (
     nystrom_speed,
     pinv_approximation,
@@ -73,4 +76,6 @@ BLOCKS: list[Block] = [
     Block("docs/nystrom.md", "pinv-init-training", (PINV_INIT,), pinv_training),
     Block("docs/sparse.md", "sparse-speed", (SPARSE,), sparse_speed),
     Block("docs/sparse.md", "sparse-listops", SPARSE_LISTOPS_RUNS, sparse_listops),
+    Block("docs/baselines.md", "baselines-speed", (BASELINES,), baselines_speed),
+    Block("docs/baselines.md", "baselines-listops", BASELINE_LISTOPS_RUNS, baselines_listops),
 ]  # fmt: skip

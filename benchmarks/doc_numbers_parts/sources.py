@@ -32,6 +32,10 @@ SPARSE_LISTOPS_RUNS = tuple(
     f"{R}/listops-sparse/{name}/results.json"
     for name in ("softmax", "local", "longformer", "bigbird", "sparse_transformer")
 )
+BASELINES = f"{R}/baselines-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
+BASELINE_NAMES = ("reformer", "smyrf", "clustered", "improved_clustered", "sinkhorn",
+                  "synthesizer", "informer", "rfa_gate")  # fmt: skip
+BASELINE_LISTOPS_RUNS = tuple(f"{R}/listops-baselines/{n}/results.json" for n in BASELINE_NAMES)
 DEMO_REPORT = f"{R}/demo/report.md"
 DEMO_TIME = f"{R}/demo/make-demo.json"
 BENCH_TIME = f"{R}/make-bench.json"
