@@ -240,8 +240,9 @@ class MechanismSpec:
     ``approximates``: the exact attention its default form estimates, or for a mechanism that
     is exact over a restricted pattern (local windows, block-sparse patterns), the full
     attention it stands in for (a name of ``kattn.bench.mechanism_error.EXACT_REFERENCES``);
-    None where it is that attention itself or estimates none; ``size_option``: the option that sets its size (features, landmarks,
-    projection), None if it has none; ``colour``: its colour in plots."""
+    None where it is that attention itself or estimates none; ``size_option``: the option that
+    sets its size (features, landmarks, projection), None if it has none; ``colour``: its
+    colour in plots."""
 
     name: str
     summary: str
