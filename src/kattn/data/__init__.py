@@ -19,6 +19,7 @@ from .corpus import (
     tokenize_corpus,
     unigram_bits_per_byte,
 )
+from .gettext_catalog import MoCatalog, MoEntry, read_mo
 from .image import load_image, rgb_to_grayscale
 from .listops import (
     LISTOPS_FILES,
@@ -31,6 +32,19 @@ from .listops import (
     load_listops,
     tokenize_listops,
     write_listops,
+)
+from .parallel import (
+    ParallelCorpus,
+    gettext_corpus,
+    load_iwslt,
+    load_parallel_files,
+)
+from .parallel_batches import (
+    JointBPE,
+    ParallelBatch,
+    collate_pairs,
+    iterate_batches,
+    token_batches,
 )
 from .pathfinder import draw_pathfinder, generate_pathfinder, load_pathfinder
 from .retrieval import load_retrieval
@@ -56,28 +70,40 @@ __all__ = [
     "Corpus",
     "DataFormatError",
     "HFTokenizer",
+    "JointBPE",
     "LMData",
+    "MoCatalog",
+    "MoEntry",
+    "ParallelBatch",
+    "ParallelCorpus",
     "SentencePieceTokenizer",
     "SequenceDataset",
     "TaskData",
     "Tokenizer",
+    "collate_pairs",
     "draw_pathfinder",
     "encode_listops",
     "generate_listops",
     "generate_pathfinder",
+    "gettext_corpus",
+    "iterate_batches",
     "load_corpus",
     "load_image",
+    "load_iwslt",
     "load_listops",
+    "load_parallel_files",
     "load_pathfinder",
     "load_retrieval",
     "load_text",
     "load_tokenizer",
     "pad_bytes",
     "pad_sequences",
+    "read_mo",
     "rgb_to_grayscale",
     "split_bytes",
     "stdlib_corpus",
     "stdlib_files",
+    "token_batches",
     "tokenize_corpus",
     "tokenize_listops",
     "unigram_bits_per_byte",
