@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+import kattn
 from kattn.checks import (
     boolean,
     int_at_least,
@@ -58,3 +59,16 @@ def test_int_at_least_names_the_bound():
     for bad in (1, 2.0, True, None):
         with pytest.raises(ValueError, match=rf"^n must be an int >= 2, got {bad!r}$"):
             int_at_least("n", bad, 2)
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan, 0.0, -1.0, -math.inf])
+def test_positive_float_options_must_be_finite(value):
+    with pytest.raises(ValueError, match="positive"):
+        positive_float_or_none("scale", value)
+    with pytest.raises(ValueError, match="positive"):
+        kattn.build("softmax", head_dim=8, num_heads=1, scale=value)
+
+
+def test_an_infinite_value_is_told_it_must_be_finite():
+    with pytest.raises(ValueError, match=r"^s must be positive, got inf \(it must be finite\)$"):
+        positive_float("s", math.inf)

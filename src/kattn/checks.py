@@ -6,6 +6,7 @@ raises an error that names the argument and shows the value it got.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 
@@ -36,21 +37,32 @@ def positive_int_or_none(name: str, value: object) -> int | None:
 
 
 def is_positive_real(value: object) -> bool:
-    """Whether ``value`` is a real number (not a bool) above 0 (NaN is not)."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and float(value) > 0
+    """Whether ``value`` is a finite real number (not a bool) above 0 (NaN and inf are not)."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and 0 < float(value) < math.inf
+    )
+
+
+def _finite_hint(value: object) -> str:
+    """What to add to a refusal of an infinite number (positive, but not finite)."""
+    infinite = isinstance(value, numbers.Real) and math.isinf(float(value))
+    return " (it must be finite)" if infinite else ""
 
 
 def positive_float(name: str, value: object) -> float:
-    """``value`` as a float if it is a real number > 0 (not a bool), else ``ValueError``."""
+    """``value`` as a float if it is a finite real number > 0 (not a bool), else
+    ``ValueError``."""
     if not is_positive_real(value):
-        raise ValueError(f"{name} must be positive, got {value!r}")
+        raise ValueError(f"{name} must be positive, got {value!r}{_finite_hint(value)}")
     return float(value)  # type: ignore[arg-type]
 
 
 def positive_float_or_none(name: str, value: object) -> float | None:
-    """``value`` as a float if it is None or a real number > 0, else ``ValueError``."""
+    """``value`` as a float if it is None or a finite real number > 0, else ``ValueError``."""
     if value is not None and not is_positive_real(value):
-        raise ValueError(f"{name} must be positive or None, got {value!r}")
+        raise ValueError(f"{name} must be positive or None, got {value!r}{_finite_hint(value)}")
     return None if value is None else float(value)  # type: ignore[arg-type]
 
 
