@@ -1,9 +1,12 @@
-"""Data of the Long Range Arena tasks (generators and loaders of the released formats) and
-of language modelling (corpora and tokenizers).
+"""Data of the Long Range Arena tasks (generators and loaders of the released formats), of
+language modelling (corpora and tokenizers) and of translation (parallel text).
 
 Every LRA loader returns a :class:`TaskData` of padded id tensors (id 0 = padding); see
 :mod:`kattn.data.base` for the two padding-mask conventions. :func:`load_corpus` and
 :func:`tokenize_corpus` give the :class:`LMData` of the language-modelling task.
+:func:`gettext_corpus` (the translated gettext catalogues already on the machine),
+:func:`load_iwslt` and :func:`load_parallel_files` give a :class:`ParallelCorpus`, which
+:class:`JointBPE` and :func:`token_batches` turn into batches.
 """
 
 from .base import PAD_ID, DataFormatError, SequenceDataset, TaskData, pad_sequences
