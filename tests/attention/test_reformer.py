@@ -99,6 +99,13 @@ def test_the_number_of_buckets_gives_chunks_twice_the_mean_bucket():
     assert attn.rotations(1000).shape == (H, 16, 2, 16)  # 2 rounds, nb/2 = ⌈1000/64⌉
     rot = attn.rotations(1000)
     assert not torch.equal(rot[0], rot[1])  # a draw per head
+    # a fixed count per module: num_buckets, else from max_len, else (only then) from L
+    assert [attn.buckets(n) for n in (10, 100, 1000)] == [2, 4, 32]
+    fixed = kattn.build("reformer", head_dim=16, num_heads=H, max_len=1000)
+    assert [fixed.buckets(n) for n in (10, 100, 1000)] == [32] * 3
+    assert torch.equal(fixed.rotations(10), fixed.rotations(1000))
+    given = kattn.build("reformer", head_dim=16, num_heads=H, max_len=1000, num_buckets=6)
+    assert given.buckets(10) == 6 and given.rotations(700).shape == (H, 16, 2, 3)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -213,6 +220,68 @@ def test_causal_outputs_never_read_later_keys_or_values(shared_qk):
     assert not torch.allclose(out2[:, :, cut:], out[:, :, cut:])
 
 
+FIXED = {"max_len": {"max_len": 64}, "num_buckets": {"num_buckets": 10}}
+
+
+@pytest.mark.parametrize("fixed", list(FIXED))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shared_qk", [True, False], ids=["shared", "separate"])
+def test_an_example_alone_equals_it_right_padded_in_a_longer_batch(shared_qk, causal, fixed):
+    """With a fixed number of buckets a token's bucket depends only on the token, so the
+    real tokens' sorted order and chunks are those of the example alone: example 0 (37
+    tokens) alone equals it padded to 53 (NaN in its padded keys and values) beside a
+    53-token example, 3 rounds and chunks of 4 (partial last chunks)."""
+    attn = (
+        kattn.build(
+            "reformer",
+            head_dim=16,
+            num_heads=H,
+            bucket_size=4,
+            num_hashes=3,
+            shared_qk=shared_qk,
+            **FIXED[fixed],
+        )
+        .double()
+        .eval()
+    )
+    q, k, v = qkv(2, H, 53)
+    pad = padding_mask(2, 53, (16, 0))
+    k, v = k.clone(), v.clone()
+    k[0, :, 37:], v[0, :, 37:] = float("nan"), float("nan")
+    batch = attn(q, k, v, causal=causal, key_padding_mask=pad)
+    alone = attn(q[:1, :, :37], k[:1, :, :37], v[:1, :, :37], causal=causal)
+    assert torch.isfinite(batch).all()
+    assert_close(batch[:1, :, :37], alone)
+    assert_close(attn.reference(q, k, v, causal=causal, key_padding_mask=pad), batch)
+    free = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4, num_hashes=3)
+    free = free.double().eval()  # nb from each call's L: the documented dependence
+    assert free.buckets(37) != free.buckets(53)
+
+
+@pytest.mark.parametrize("shared_qk", [True, False], ids=["shared", "separate"])
+def test_a_causal_prefix_run_equals_the_full_run_on_the_prefix(shared_qk):
+    """max_len fixes nb, so the first 29 tokens run alone give the outputs of the full
+    61-token run at those positions (chunks of 4, 3 rounds): no later token moves a bucket,
+    a chunk or a window."""
+    attn = (
+        kattn.build(
+            "reformer",
+            head_dim=16,
+            num_heads=H,
+            bucket_size=4,
+            num_hashes=3,
+            shared_qk=shared_qk,
+            max_len=64,
+        )
+        .double()
+        .eval()
+    )
+    q, k, v = qkv(2, H, 61)
+    full = attn(q, k, v, causal=True)
+    prefix = attn(q[:, :, :29], k[:, :, :29], v[:, :, :29], causal=True)
+    assert_close(prefix, full[:, :, :29])
+
+
 def test_padded_positions_count_nowhere_even_as_queries_in_the_sort():
     """Padded queries and keys changed at will (new buckets included): the real outputs
     are the same, since padded positions are sorted after the real ones."""
@@ -266,7 +335,8 @@ def test_options_and_refusals():
         attn(q, k[:, :, :7], v[:, :, :7])
     with pytest.raises(NotImplementedError, match="recurrent"):
         attn.init_state(1, H)
-    for bad in ({"bucket_size": 0}, {"num_hashes": 0}):
+    assert attn.num_buckets is None and attn.buckets(10) == 2  # 2·⌈64/64⌉ from max_len
+    for bad in ({"bucket_size": 0}, {"num_hashes": 0}, {"num_buckets": 0}, {"num_buckets": 5}):
         with pytest.raises(ValueError):
             kattn.build("reformer", head_dim=16, num_heads=H, **bad)
     with pytest.raises(TypeError, match="shared_qk"):

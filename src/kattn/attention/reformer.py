@@ -12,8 +12,10 @@ How it differs from the released implementations (read, not copied):
   negative logit (−1e5 / −5e4), so a token with nothing else to read gets weight 1 on itself;
   here that rule is exact: the own value is used if and only if no round holds another key.
 - reformer-pytorch uses ``L/bucket_size`` buckets and needs L to be a multiple of
-  ``2·bucket_size``; HF rounds ``2L/chunk`` down to a power of two; here ``nb = 2·⌈L/m⌉`` (the
-  paper's ``m = 2l/n_buckets``) and any L works (the last chunk may be partial).
+  ``2·bucket_size``; HF rounds ``2L/chunk`` down to a power of two. Here, as in the paper and
+  trax, the number of buckets is fixed per module (``num_buckets``, or ``2·⌈max_len/m⌉``, the
+  paper's ``m = 2l/n_buckets`` at the longest length), so that a token's bucket depends on
+  that token alone; any L works (the last chunk may be partial).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..checks import boolean, positive_float_or_none, positive_int
+from ..checks import boolean, is_positive_int, positive_float_or_none, positive_int
 from ..functional.reformer import (
     reformer_attention,
     reformer_attention_reference,
@@ -43,7 +45,17 @@ class ReformerAttention(SeededDraws, Attention):
     round gives it any other key (then its output is its own value). Positions marked as
     padding are sorted after the real ones and count nowhere. See
     :mod:`kattn.functional.reformer` for the exact pattern. O(R·(L·log L + L·nb·D +
-    L·m·(D + Dv))) time and O(R·L·(m + D + Dv)) memory, nb = 2·⌈L/m⌉ buckets.
+    L·m·(D + Dv))) time and O(R·L·(m + D + Dv)) memory, nb buckets.
+
+    Number of buckets (the paper's and trax's ``n_buckets``, a hyperparameter of the model):
+    ``num_buckets`` if given, else ``nb = 2·⌈max_len/m⌉`` when the module has ``max_len``
+    (``kattn.build(..., max_len=...)``, as the models pass it). The rotations, hence every
+    token's bucket, then depend only on that token and the seed, so neither the padding a
+    batch adds nor later tokens change the pattern of the real (or earlier) ones: an example
+    alone equals the same example right-padded in a longer batch, and a causal prefix run
+    equals the full run on the prefix. Only with neither given is nb taken from the length
+    of each call, ``2·⌈L/m⌉`` (L the padded length): then, and only then, an output depends
+    on the padded length of its batch and, causal, on how many tokens follow it.
 
     Shared QK (``shared_qk=True``, the paper's setting, §2): **the given k is not read**;
     the keys are ``q_j/‖q_j‖`` and the logits ``q_i·k_j/√D``. k still receives a gradient, of
@@ -72,6 +84,8 @@ class ReformerAttention(SeededDraws, Attention):
     Args:
         bucket_size: m, positions per chunk of the sorted order (the paper's chunk length).
         num_hashes: R, rounds of hashing.
+        num_buckets: nb, buckets per round, an even int >= 2; None: ``2·⌈max_len/m⌉``, or
+            ``2·⌈L/m⌉`` per call when the module has no ``max_len``.
         shared_qk: keys are the unit-normalised queries (k not read) when True.
         attend_across_buckets: whether keys of another bucket in the chunks count.
         seed: the seed of the rotations, an int >= 0.
@@ -91,6 +105,7 @@ class ReformerAttention(SeededDraws, Attention):
         max_len: int | None = None,
         bucket_size: int = 64,
         num_hashes: int = 2,
+        num_buckets: int | None = None,
         shared_qk: bool = True,
         attend_across_buckets: bool = True,
         seed: int = 0,
@@ -100,6 +115,7 @@ class ReformerAttention(SeededDraws, Attention):
         self._check_option_types(
             bucket_size=bucket_size,
             num_hashes=num_hashes,
+            num_buckets=num_buckets,
             shared_qk=shared_qk,
             attend_across_buckets=attend_across_buckets,
             seed=seed,
@@ -107,21 +123,33 @@ class ReformerAttention(SeededDraws, Attention):
         )
         self.bucket_size = positive_int("bucket_size", bucket_size)
         self.num_hashes = positive_int("num_hashes", num_hashes)
+        if num_buckets is not None and not (is_positive_int(num_buckets) and num_buckets % 2 == 0):
+            raise ValueError(f"num_buckets must be an even int >= 2 or None, got {num_buckets!r}")
+        self.num_buckets = num_buckets
         self.shared_qk = boolean("shared_qk", shared_qk)
         self.attend_across_buckets = boolean("attend_across_buckets", attend_across_buckets)
         self.scale = positive_float_or_none("scale", scale)
         self._init_seeded(seed)
 
     # ---------------------------------------------------------------------------- rotations
+    def buckets(self, length: int) -> int:
+        """The number of buckets for a call on ``length`` (padded) tokens: ``num_buckets``,
+        else ``2·⌈max_len/m⌉``, else ``2·⌈length/m⌉`` (the only case that depends on it)."""
+        if self.num_buckets is not None:
+            return self.num_buckets
+        return reformer_num_buckets(
+            length if self.max_len is None else self.max_len, self.bucket_size
+        )
+
     def rotations(self, length: int, *, device: torch.device | str | None = None) -> Tensor:
         """The evaluation-mode rotations for ``length`` tokens, ``(H, D, R, nb/2)`` fp64,
-        nb = ``reformer_num_buckets(length, bucket_size)`` (cached)."""
+        nb = :meth:`buckets` of ``length`` (cached)."""
         return self._rotations(length, 0, device)
 
     def _rotations(self, length: int, draw: int, device: Any) -> Tensor:
         """Draw ``draw`` (0 for eval, 1, 2, … in training) of i.i.d. N(0, 1) rotations for
-        the number of buckets of ``length`` tokens."""
-        nb = reformer_num_buckets(length, self.bucket_size)
+        the number of buckets of a call on ``length`` tokens."""
+        nb = self.buckets(length)
         shape = (self.num_heads, self.head_dim, self.num_hashes, nb // 2)
         return self._drawn(
             (nb,),
@@ -182,6 +210,7 @@ class ReformerAttention(SeededDraws, Attention):
         return (
             f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
             f"bucket_size={self.bucket_size}, num_hashes={self.num_hashes}, "
+            f"num_buckets={self.num_buckets}, "
             f"shared_qk={self.shared_qk}, attend_across_buckets={self.attend_across_buckets}, "
             f"seed={self.seed}, scale={self.scale}"
         )
@@ -216,7 +245,7 @@ register_mechanism(
     "LSH, several rounds, keys held by two rounds counted once).",
     reference="Kitaev, Kaiser and Levskaya, Reformer: The Efficient Transformer, ICLR 2020",
     complexity="O(R·(L·log L + L·nb·D + L·m·(D + Dv))) time, O(R·L·(m + D + Dv)) memory "
-    "(R = num_hashes rounds, m = bucket_size, nb = 2·⌈L/m⌉ buckets)",
+    "(R = num_hashes rounds, m = bucket_size, nb = num_buckets, default 2·⌈max_len/m⌉)",
     colour="#b15928",
     approximates="softmax",
     size_option=None,

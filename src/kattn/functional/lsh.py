@@ -1,9 +1,9 @@
 """Angular LSH and the sorted orders of the Reformer (Kitaev, Kaiser and Levskaya, "Reformer:
 The Efficient Transformer", ICLR 2020, §2, after Andoni et al. 2015): ``h(x) = argmax([xR;
-−xR])`` for a random ``(D, nb/2)`` matrix R per round, the number of buckets ``nb = 2·⌈L/m⌉``,
-and each round's order by (bucket, position) with padded positions last, both as a sort (the
-fast path) and as ranks counted pair by pair (the dense reference). Used by
-:mod:`kattn.functional.reformer`.
+−xR])`` for a random ``(D, nb/2)`` matrix R per round, the default number of buckets
+``nb = 2·⌈l/m⌉`` for the longest length l, and each round's order by (bucket, position)
+with padded positions last, both as a sort (the fast path) and as ranks counted pair by pair
+(the dense reference). Used by :mod:`kattn.functional.reformer`.
 
 Shapes: B batch, H heads, L length, D head dim, R rounds, nb buckets, Lp the length rounded up
 to whole chunks.
@@ -25,7 +25,9 @@ __all__ = ["dense_rank", "lsh_buckets", "reformer_num_buckets", "slots", "sorted
 
 def reformer_num_buckets(length: int, bucket_size: int) -> int:
     """``nb = 2·⌈L/m⌉`` buckets for L tokens and chunks of ``m = bucket_size`` (the paper's
-    ``m = 2l/n_buckets``, rounded up to whole chunks; at least 2)."""
+    ``m = 2l/n_buckets``, rounded up to whole chunks; at least 2). Give it the longest length
+    of the model (``max_len``), not each call's: a fixed nb keeps every token's bucket
+    independent of the padding and of the later tokens."""
     return 2 * -(-positive_int("length", length) // positive_int("bucket_size", bucket_size))
 
 

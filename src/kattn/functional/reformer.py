@@ -29,9 +29,14 @@ and it and trax let the first chunk of a round look back into the last chunk of 
 round (their chunks roll over the concatenated rounds); here the first chunk of each round
 reads only itself, as the definition above says.
 
-No number of buckets is a parameter: ``nb = 2·⌈L/m⌉``, from the paper's ``m = 2l/n_buckets``
-(average bucket ``m/2``, so that a bucket rarely outgrows two chunks); HF rounds the same ratio
-down to a power of two, reformer-pytorch uses ``L/bucket_size`` buckets.
+The number of buckets is that of the rotations (``nb = 2·R.shape[-1]``). As in the paper and
+trax it is fixed per model, so that a token's bucket depends only on that token: the module
+(:class:`kattn.attention.reformer.ReformerAttention`) takes ``num_buckets``, by default
+``2·⌈max_len/m⌉`` (:func:`reformer_num_buckets`, from the paper's ``m = 2l/n_buckets``:
+average bucket ``m/2``, so that a bucket rarely outgrows two chunks); HF rounds the same ratio
+down to a power of two, reformer-pytorch uses ``L/bucket_size`` buckets. With nb fixed, the
+real tokens' (bucket, position) order, hence their chunks, does not depend on padding (sorted
+after them) nor, in the causal form, on later tokens.
 
 With ``shared_qk=True`` (the paper's Shared-QK Transformer) the keys are ``q_j/‖q_j‖`` and
 queries and keys share one sorted order; with ``shared_qk=False`` (kattn's extension) q and k
