@@ -234,3 +234,60 @@ def test_half_precision_is_finite_and_close(dtype):
 def test_options_are_checked(options, match):
     with pytest.raises(ValueError, match=match):
         kattn.build("informer", head_dim=D, num_heads=H, **options)
+
+
+def test_per_example_sizes_equal_each_example_alone_and_the_reference():
+    """``num_samples`` keeps each example's leading sample columns and a ``(B,)`` num_top its
+    own exact queries: the same as the example alone with those sizes."""
+    q, k, v = qkv(2, H, 40, requires_grad=True)
+    mask = padding_mask(2, 40, (0, 25))
+    u = _uniforms(40, 12)
+    used, tops = torch.tensor([12, 5]), torch.tensor([9, 4])
+    sample = informer_sample(u, batch=2, lk=40, key_padding_mask=mask, num_samples=used)
+    options = {"num_top": tops, "key_padding_mask": mask}
+    out = informer_attention(q, k, v, sample, **options)
+    ref = informer_attention_reference(q, k, v, sample, **options)
+    assert_close(out, ref)
+    for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):
+        assert_close(g, g_ref)
+    for b in range(2):
+        rows = slice(b, b + 1)
+        one = informer_sample(u[:, : used[b]], batch=1, lk=40, key_padding_mask=mask[rows])
+        alone = informer_attention(
+            q[rows], k[rows], v[rows], one, num_top=int(tops[b]), key_padding_mask=mask[rows]
+        )
+        assert_close(out[rows], alone)
+    with pytest.raises(ValueError, match="num_samples must be"):
+        informer_sample(u, batch=2, lk=40, num_samples=torch.tensor([13, 5]))
+
+
+def test_uniforms_do_not_depend_on_the_lengths():
+    attn = _build(factor=2)
+    samples = attn.sizes(30, 20)[0]
+    assert torch.equal(attn.uniforms(30, 20), attn.uniforms(100, 400)[:30, :samples])
+
+
+#: (real lengths of the examples, Lq of a cross-attention or None, factor): the padded length
+#: of the batch would give other U and u than the real lengths.
+ALONE = {
+    "self-f2": ((20, 60), None, 2),
+    "self-f3": ((7, 45), None, 3),
+    "self-f1": ((150, 151), None, 1),
+    "cross-f2": ((33, 9), 30, 2),
+}
+
+
+@pytest.mark.parametrize("case", list(ALONE))
+@pytest.mark.parametrize("training", [False, True])
+def test_an_example_alone_equals_it_right_padded_in_a_longer_batch(case, training):
+    lengths, lq, factor = ALONE[case]
+    padded = _build(seed=3, factor=factor).train(training)
+    total = max(lengths) + 110  # ⌈ln total⌉ > ⌈ln n⌉
+    q, k, v = qkv(len(lengths), H, lq or total, total)
+    mask = padding_mask(len(lengths), total, tuple(total - n for n in lengths))
+    out = padded(q, k, v, key_padding_mask=mask)
+    for b, n in enumerate(lengths):
+        rows = slice(b, b + 1)
+        single = _build(seed=3, factor=factor).train(training)  # draw 1 in training, as padded
+        alone = single(q[rows, :, : lq or n], k[rows, :, :n], v[rows, :, :n])
+        assert_close(out[rows, :, : lq or n], alone)

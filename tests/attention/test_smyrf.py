@@ -73,14 +73,16 @@ def test_orders_sort_by_projection_with_padding_last():
                 assert orders.k_order[b, h, r, n:].tolist() == padded
 
 
-def _expected_pattern(orders: SmyrfOrders, clusters: int) -> torch.Tensor:
-    """Cluster c holds the sorted ranks [⌊c·n/C⌋, ⌊(c+1)·n/C⌋), a key cluster at least the
-    rank ⌊c·n/C⌋ when keys are fewer than clusters; entry by entry."""
+def _expected_pattern(orders: SmyrfOrders, cluster_size: int) -> torch.Tensor:
+    """C = ⌈max(nq, nk)/cluster_size⌉ clusters from each example's real counts; cluster c
+    holds the sorted ranks [⌊c·n/C⌋, ⌊(c+1)·n/C⌋), a key cluster at least the rank ⌊c·n/C⌋
+    when keys are fewer than clusters; entry by entry."""
     b_, h_, r_, lq = orders.q_order.shape
     lk = orders.k_order.shape[-1]
     allowed = torch.zeros(b_, h_, r_, lq, lk, dtype=torch.bool)
     for b in range(b_):
         nq, nk = int(orders.num_queries[b]), int(orders.num_keys[b])
+        clusters = max(1, math.ceil(max(nq, nk) / cluster_size))
         for h in range(h_):
             for r in range(r_):
                 qs, ks = orders.q_order[b, h, r].tolist(), orders.k_order[b, h, r].tolist()
@@ -113,17 +115,24 @@ def test_pattern_is_the_balanced_clusters(case):
     q, k, _ = qkv(2, H, lq, lk)
     mask = padding_mask(2, lk, pads)
     orders = smyrf_orders(q, k, _projections(2), key_padding_mask=mask)
-    clusters = smyrf_num_clusters(lq, lk, cs)
+    clusters = smyrf_num_clusters(orders.num_queries, orders.num_keys, cs)
     pattern = smyrf_pattern(orders, clusters)
-    assert torch.equal(pattern, _expected_pattern(orders, clusters))
+    assert torch.equal(pattern, _expected_pattern(orders, cs))
     assert not pattern[1][..., lk - pads[1] :].any()  # padded keys are never read
     real_q = orders.num_queries.view(2, 1, 1)
     # every real query reads ⌊n_k/C⌋ or ⌈n_k/C⌉ keys (at least one)
     reads = pattern.sum(-1)
     for b in range(2):
         nk = int(orders.num_keys[b])
+        clusters = max(1, -(-max(int(orders.num_queries[b]), nk) // cs))
         rows = reads[b][orders.q_order[b].argsort(-1) < real_q[b]]
         assert rows.min() >= max(1, nk // clusters) and rows.max() <= max(1, -(-nk // clusters))
+
+
+def test_clusters_are_counted_from_the_real_lengths():
+    assert smyrf_num_clusters(37, 50, 8) == 7 and smyrf_num_clusters(0, 0, 8) == 1
+    counts = smyrf_num_clusters(torch.tensor([37, 13, 0]), torch.tensor([37, 41, 0]), 8)
+    assert counts.tolist() == [5, 6, 1]
 
 
 @pytest.mark.parametrize("case", IDS)
@@ -268,3 +277,27 @@ def test_functional_checks_the_projections():
 def test_options_are_checked(options, match):
     with pytest.raises(ValueError, match=match):
         kattn.build("smyrf", head_dim=D, num_heads=H, **options)
+
+
+#: (real lengths of the examples, Lq of a cross-attention or None, cluster_size): the padded
+#: length of the batch would give another number of clusters than the real ones.
+ALONE = {
+    "self-c8": ((37, 52), None, 8),
+    "self-short-c6": ((9, 70), None, 6),
+    "self-c32": ((50, 64), None, 32),
+    "cross-c5": ((12, 41), 23, 5),
+}
+
+
+@pytest.mark.parametrize("case", list(ALONE))
+def test_an_example_alone_equals_it_right_padded_in_a_longer_batch(case):
+    lengths, lq, cs = ALONE[case]
+    attn = _build(num_hashes=2, cluster_size=cs)
+    total = max(lengths) + 11
+    q, k, v = qkv(len(lengths), H, lq or total, total)
+    mask = padding_mask(len(lengths), total, tuple(total - n for n in lengths))
+    out = attn(q, k, v, key_padding_mask=mask)
+    for b, n in enumerate(lengths):
+        rows = slice(b, b + 1)
+        alone = attn(q[rows, :, : lq or n], k[rows, :, :n], v[rows, :, :n])
+        assert_close(out[rows, :, : lq or n], alone)

@@ -45,8 +45,9 @@ from .seeded import SeededDraws
 class InformerAttention(SeededDraws, Attention):
     """ProbSparse attention (Zhou et al. 2021, §3.1; :mod:`kattn.functional.informer`): each
     query's sparsity measurement ``M̄(q) = max − mean`` of its scores is estimated on
-    U = c·⌈ln Lk⌉ keys sampled for it, the u = c·⌈ln Lq⌉ queries of largest M̄ get exact
-    softmax attention and the others the mean of V. O((L·U + u·L)·D) = O(c·L log L·D) time
+    U = c·⌈ln nk⌉ keys sampled for it, the u = c·⌈ln nq⌉ queries of largest M̄ get exact
+    softmax attention and the others the mean of V (nq, nk: the example's real queries and
+    keys, so the padding of the batch changes nothing). O((L·U + u·L)·D) = O(c·L log L·D) time
     and memory.
 
     Default factor c: ``⌈128 / ln max_len⌉`` when ``max_len`` is given, the setting of the
@@ -56,15 +57,16 @@ class InformerAttention(SeededDraws, Attention):
     ``factor=5``. Pass ``factor`` to choose.
 
     Randomness: the sample (uniforms ``(Lq, U)`` mapped onto each example's real keys, one
-    sample per query shared over the batch and the heads as in the released code) follows
-    the seeded contract of :mod:`kattn.attention.seeded` (a generator owned by the module,
-    fixed in ``eval()`` per pair of lengths, redrawn per training forward, reused under
+    sample per query shared over the batch and the heads as in the released code; uniform
+    ``(i, s)`` does not depend on the lengths, so an example draws the same sample alone or
+    padded) follows the seeded contract of :mod:`kattn.attention.seeded` (a generator owned
+    by the module, fixed in ``eval()``, redrawn per training forward, reused under
     checkpointing, seed and draws in ``state_dict()``).
 
     Padding: padded keys are never sampled and never counted; with Lq == Lk the mask marks
     padded queries too (never ranked among the top). Cross-attention (Lq ≠ Lk) is
-    supported (U from Lk, u from Lq; the paper's decoder uses full attention there). Causal
-    attention is refused (see :meth:`_why_not`); there is no recurrent form.
+    supported (U from the real keys, u from Lq; the paper's decoder uses full attention
+    there). Causal attention is refused (see :meth:`_why_not`); there is no recurrent form.
 
     Args:
         factor: c, a positive int; None: ``⌈128 / ln max_len⌉`` (5 without max_len).
@@ -102,28 +104,60 @@ class InformerAttention(SeededDraws, Attention):
         return informer_sizes(lq, lk, self.factor)
 
     def uniforms(self, lq: int, lk: int, device: torch.device | str | None = None) -> Tensor:
-        """The evaluation-mode uniforms ``(Lq, U)`` (float64, cached)."""
-        return self._uniforms(lq, lk, 0, device)
+        """The evaluation-mode uniforms ``(Lq, U)`` (float64, cached); entry ``(i, s)`` is
+        the same at any lengths that have it."""
+        return self._uniforms(lq, self.sizes(lq, lk)[0], 0, device)
 
-    def _uniforms(self, lq: int, lk: int, draw: int, device: Any) -> Tensor:
-        """Draw ``draw`` (0 for eval, 1, 2, … in training) of the uniforms for these lengths."""
-        shape = (lq, self.sizes(lq, lk)[0])
-        return self._drawn(
-            (lq, lk),
-            draw,
-            device,
-            lambda generator: torch.rand(shape, generator=generator, dtype=torch.float64).to(
-                device
-            ),
-        )
+    def _uniforms(self, rows: int, columns: int, draw: int, device: Any) -> Tensor:
+        """Draw ``draw`` (0 for eval, 1, 2, … in training) of the uniforms ``(rows, columns)``.
+
+        Entry ``(i, s)`` depends on neither size: columns come in groups of c (U = c·⌈ln n⌉
+        grows by whole groups), group g from its own generator, filled row by row, so a
+        shorter table is the corner of a longer one. An example alone and the same example
+        inside a longer padded batch therefore draw the same sample."""
+        groups = -(-columns // self.factor)
+
+        def make(_: torch.Generator) -> Tensor:
+            parts = [
+                torch.rand(
+                    (rows, self.factor), generator=self._generator(draw, g), dtype=torch.float64
+                )
+                for g in range(groups)
+            ]
+            return torch.cat(parts, dim=1)[:, :columns].to(device)
+
+        return self._drawn((rows, columns), draw, device, make)
+
+    def _sizes_per_example(
+        self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None
+    ) -> tuple[Tensor | None, int | Tensor, int]:
+        """U and u of each example from its real lengths (``(B,)`` tensors; None and an int
+        without a mask), and the largest U."""
+        b, lq, lk = q.shape[0], q.shape[2], k.shape[2]
+        if key_padding_mask is None or b == 0:
+            samples, top = self.sizes(lq, lk)
+            return None, top, samples
+        real_k = (~key_padding_mask).sum(1).tolist()
+        real_q = real_k if lq == lk else [lq] * b
+        sizes = [self.sizes(max(nq, 1), max(nk, 1)) for nq, nk in zip(real_q, real_k, strict=True)]
+        samples_b = torch.tensor([u for u, _ in sizes], device=q.device)
+        top_b = torch.tensor([t for _, t in sizes], device=q.device)
+        return samples_b, top_b, int(samples_b.max())
 
     def _sample(
         self, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, draw: int
-    ) -> InformerSample:
-        uniforms = self._uniforms(q.shape[2], k.shape[2], draw, q.device)
-        return informer_sample(
-            uniforms, batch=q.shape[0], lk=k.shape[2], key_padding_mask=key_padding_mask
+    ) -> tuple[InformerSample, int | Tensor]:
+        """The sample of keys and the exact queries u (per example with a mask)."""
+        samples_b, top, samples = self._sizes_per_example(q, k, key_padding_mask)
+        uniforms = self._uniforms(q.shape[2], samples, draw, q.device)
+        sample = informer_sample(
+            uniforms,
+            batch=q.shape[0],
+            lk=k.shape[2],
+            key_padding_mask=key_padding_mask,
+            num_samples=samples_b,
         )
+        return sample, top
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:
@@ -138,13 +172,13 @@ class InformerAttention(SeededDraws, Attention):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        sample = self._sample(q, k, key_padding_mask, self._current_draw())
+        sample, top = self._sample(q, k, key_padding_mask, self._current_draw())
         return informer_attention(
             q,
             k,
             v,
             sample,
-            num_top=self.sizes(q.shape[2], k.shape[2])[1],
+            num_top=top,
             key_padding_mask=key_padding_mask,
             scale=self.scale,
         )
@@ -152,13 +186,13 @@ class InformerAttention(SeededDraws, Attention):
     def _reference(
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
-        sample = self._sample(q, k, key_padding_mask, 0)
+        sample, top = self._sample(q, k, key_padding_mask, 0)
         return informer_attention_reference(
             q,
             k,
             v,
             sample,
-            num_top=self.sizes(q.shape[2], k.shape[2])[1],
+            num_top=top,
             key_padding_mask=key_padding_mask,
             scale=self.scale,
         )

@@ -7,8 +7,9 @@ not copied):
 
 - The released ``SmyrfAttention`` needs ``Lq / q_cluster_size == Lk / k_cluster_size`` and
   lengths that the cluster sizes divide. Here one ``cluster_size`` sets
-  C = ⌈max(Lq, Lk)/cluster_size⌉ and each side is cut into C clusters whose sizes differ by
-  at most one, so any lengths work.
+  C = ⌈max(nq, nk)/cluster_size⌉ from each example's real query and key counts, and each
+  side is cut into C clusters whose sizes differ by at most one, so any lengths work and an
+  example's clusters do not depend on the padding of its batch.
 - It draws new hash directions from torch's global RNG at every call, in eval too, and shares
   them over the batch and the heads. Here they come from the module's own seed (fixed in
   eval, redrawn per training forward) and are shared over the batch and the heads as there.
@@ -39,9 +40,11 @@ class SmyrfAttention(SeededDraws, Attention):
     Queries and keys go through the asymmetric XBOX+ transform
     (``F(q) = [q; √(M_Q² + M_K² − ‖q‖²); 0]``, ``G(k) = [k; 0; √(M_Q² + M_K² − ‖k‖²)]``, so
     Euclidean distance ranks the pairs by inner product), are hashed by a random projection
-    per round (E2LSH) and sorted; each sorted order is cut into C = ⌈max(Lq, Lk)/cluster_size⌉
-    balanced clusters, query cluster c attends to key cluster c with exact softmax, and the
-    ``num_hashes`` rounds are merged by their log-sum-exp. O(R·(L log L + L·cluster_size·D))
+    per round (E2LSH) and sorted; each sorted order is cut into
+    C = ⌈max(nq, nk)/cluster_size⌉ balanced clusters (nq, nk: the example's real queries and
+    keys, so the padding of the batch changes nothing), query cluster c attends to key
+    cluster c with exact softmax, and the ``num_hashes`` rounds are merged by their
+    log-sum-exp. O(R·(L log L + L·cluster_size·D))
     time, O(R·L·cluster_size) memory.
 
     Defaults from the released code's GLUE runs (``examples/nlp/downstream.py``: 2 hashes,

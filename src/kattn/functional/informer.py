@@ -6,7 +6,9 @@ q_i·k_j/√D``, eq. 4) is estimated on U = c·⌈ln Lk⌉ keys sampled for it (
 replacement, a separate sample per query shared over the batch and the heads, as in the
 released ``ProbAttention``); the u = c·⌈ln Lq⌉ queries of largest M̄ get exact softmax
 attention over every key, the other ("lazy") queries get the mean of V. U and u are clamped
-to Lk and Lq. O((Lq·U + u·Lk)·D) time and memory, no (Lq, Lk) tensor.
+to Lk and Lq. With padding each example may have its own U and u (from its real lengths,
+``InformerSample.num_samples`` and a ``(B,)`` ``num_top``), so that its output does not
+depend on the padding of its batch. O((Lq·U + u·Lk)·D) time and memory, no (Lq, Lk) tensor.
 
 Masked form (the paper's decoder self-attention): the sample of query i is drawn among the
 keys ``j <= i``, the exact rows are causal and a lazy query gets the mean of ``v_1 … v_i``.
@@ -57,10 +59,13 @@ class InformerSample(NamedTuple):
         keys: ``(B, Lq, U)`` int64, key positions (real keys only; 0 where ``valid`` is
             False).
         valid: ``(B, Lq)`` bool, False for a query with no real key to sample.
+        num_samples: ``(B,)`` int64, the leading samples each example uses (its own U);
+            None: all U.
     """
 
     keys: Tensor
     valid: Tensor
+    num_samples: Tensor | None = None
 
 
 def informer_factor(max_len: int | None) -> int:
@@ -98,6 +103,7 @@ def informer_sample(
     lk: int,
     key_padding_mask: Tensor | None = None,
     causal: bool = False,
+    num_samples: Tensor | None = None,
 ) -> InformerSample:
     """Turn uniforms into sampled keys: query i takes, for each ``u`` in its row, the
     ``⌊u·n_i⌋``-th of its n_i allowed keys (the real keys, those ``j <= i`` when causal), so
@@ -108,6 +114,8 @@ def informer_sample(
         batch: B; lk: Lk.
         key_padding_mask: ``(B, Lk)`` bool, True marks padding.
         causal: sample among the keys ``j <= i`` (needs Lq == Lk).
+        num_samples: ``(B,)`` ints in [1, U], the leading columns each example uses (its
+            own U); None: all U.
 
     Returns:
         :class:`InformerSample`.
@@ -124,7 +132,22 @@ def informer_sample(
     real_positions = torch.sort(pad_k.to(torch.int8), dim=1, stable=True).indices  # (B, Lk)
     index = real_positions.gather(1, rank.reshape(batch, lq * samples)).view(batch, lq, samples)
     valid = allowed > 0
-    return InformerSample(index.masked_fill(~valid[..., None], 0), valid)
+    if num_samples is not None:
+        num_samples = num_samples.to(device=uniforms.device, dtype=torch.long)
+        if num_samples.shape != (batch,) or bool(
+            ((num_samples < 1) | (num_samples > samples)).any()
+        ):
+            raise ValueError(f"num_samples must be (B,) = ({batch},) ints in [1, {samples}]")
+    return InformerSample(index.masked_fill(~valid[..., None], 0), valid, num_samples)
+
+
+def _used(sample: InformerSample) -> Tensor:
+    """Bool ``(B, 1, U)``: the sample columns each example uses."""
+    b, _, samples = sample.keys.shape
+    if sample.num_samples is None:
+        return torch.ones(b, 1, samples, dtype=torch.bool, device=sample.keys.device)
+    columns = torch.arange(samples, device=sample.keys.device)
+    return columns < sample.num_samples.to(sample.keys.device).view(b, 1, 1)
 
 
 def informer_sparsity(
@@ -149,14 +172,27 @@ def informer_sparsity(
         index = sample.keys.reshape(b, 1, lq * samples, 1).expand(b, h, lq * samples, d)
         ks = xk.gather(2, index).view(b, h, lq, samples, d)
         s = torch.einsum("bhld,bhlud->bhlu", xq, ks) * scale  # (B, H, Lq, U)
-        measure = s.amax(-1) - s.mean(-1)
+        used = _used(sample)[:, None]  # (B, 1, 1, U)
+        count = used.sum(-1).to(s.dtype)
+        measure = s.masked_fill(~used, -math.inf).amax(-1) - (s * used).sum(-1) / count
         drop = (~sample.valid | pad_q)[:, None, :]
         return measure.masked_fill(drop, -math.inf)
 
 
-def _top_queries(measure: Tensor, num_top: int) -> Tensor:
-    """The ``num_top`` queries of largest measure, ties to the earlier position: ``(B, H, u)``."""
-    return torch.sort(measure, dim=-1, descending=True, stable=True).indices[..., :num_top]
+def _top_queries(measure: Tensor, num_top: int | Tensor) -> tuple[Tensor, Tensor]:
+    """The queries of largest measure, ties to the earlier position, ``(B, H, u)`` for the
+    largest u, and which of them are chosen ``(B, 1, u)`` (the first ``num_top`` of each
+    example: an int, or ``(B,)`` per example; clamped to Lq)."""
+    b, lq = measure.shape[0], measure.shape[-1]
+    if isinstance(num_top, Tensor):
+        counts = num_top.to(device=measure.device, dtype=torch.long).clamp(1, lq).view(b, 1, 1)
+        most = int(counts.max()) if b else 1
+    else:
+        positive_int("num_top", num_top)
+        most = min(num_top, lq)
+        counts = torch.full((b, 1, 1), most, dtype=torch.long, device=measure.device)
+    top = torch.sort(measure, dim=-1, descending=True, stable=True).indices[..., :most]
+    return top, torch.arange(most, device=measure.device) < counts
 
 
 def _masked_softmax_v(scores: Tensor, allowed: Tensor, v: Tensor) -> Tensor:
@@ -188,7 +224,7 @@ def informer_attention(
     v: Tensor,
     sample: InformerSample,
     *,
-    num_top: int,
+    num_top: int | Tensor,
     causal: bool = False,
     key_padding_mask: Tensor | None = None,
     scale: float | None = None,
@@ -201,7 +237,7 @@ def informer_attention(
         q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
         sample: the keys sampled per query (:func:`informer_sample`, with the same
             ``causal`` and mask).
-        num_top: u, the exact queries (clamped to Lq).
+        num_top: u, the exact queries (clamped to Lq): an int, or ``(B,)`` per example.
         causal: the masked form (needs Lq == Lk).
         key_padding_mask: ``(B, Lk)`` bool, True marks padding.
         scale: logit scale, default ``1/√D``.
@@ -212,10 +248,9 @@ def informer_attention(
     b, h, lq, d = q.shape
     lk, dv = k.shape[2], v.shape[-1]
     scale = d**-0.5 if scale is None else scale
-    positive_int("num_top", num_top)
     xq, xk, xv, _, pad_k = _inputs(q, k, v, key_padding_mask)
     measure = informer_sparsity(q, k, sample, key_padding_mask=key_padding_mask, scale=scale)
-    top = _top_queries(measure, min(num_top, lq))  # (B, H, u)
+    top, chosen = _top_queries(measure, num_top)  # (B, H, u), (B, 1, u)
     q_top = xq.gather(2, top[..., None].expand(-1, -1, -1, d))  # (B, H, u, D)
     allowed = ~pad_k[:, None, None, :]  # (B, 1, 1, Lk)
     if causal:
@@ -227,7 +262,9 @@ def informer_attention(
     else:
         lazy = xv.sum(2, keepdim=True) / real.sum(2, keepdim=True).clamp_min(1.0)
         lazy = lazy.expand(b, h, lq, dv).contiguous()
-    out = lazy.scatter(2, top[..., None].expand(-1, -1, -1, dv), out_top)
+    index = top[..., None].expand(-1, -1, -1, dv)
+    out_top = torch.where(chosen[..., None], out_top, lazy.gather(2, index))
+    out = lazy.scatter(2, index, out_top)
     return out.to(v.dtype)
 
 
@@ -237,7 +274,7 @@ def informer_attention_reference(
     v: Tensor,
     sample: InformerSample,
     *,
-    num_top: int,
+    num_top: int | Tensor,
     causal: bool = False,
     key_padding_mask: Tensor | None = None,
     scale: float | None = None,
@@ -252,15 +289,16 @@ def informer_attention_reference(
     xq, xk, xv, pad_q, pad_k = _inputs(q, k, v, key_padding_mask)
     scores = scale * xq @ xk.transpose(-1, -2)  # (B, H, Lq, Lk)
     counts = torch.zeros(b, lq, lk, dtype=scores.dtype, device=q.device)
-    counts.scatter_add_(2, sample.keys, torch.ones_like(sample.keys, dtype=scores.dtype))
+    used = _used(sample).expand(b, lq, samples).to(scores.dtype)
+    counts.scatter_add_(2, sample.keys, used)
     counts = counts * sample.valid[..., None]
     s = scores.detach()
     measure = s.masked_fill(counts[:, None] == 0, -math.inf).amax(-1)
-    measure = measure - (counts[:, None] * s).sum(-1) / samples
+    measure = measure - (counts[:, None] * s).sum(-1) / used.sum(-1)[:, None]
     measure = measure.masked_fill((~sample.valid | pad_q)[:, None, :], -math.inf)
-    top = _top_queries(measure, min(num_top, lq))
+    top, chosen = _top_queries(measure, num_top)
     selected = torch.zeros(b, h, lq, dtype=torch.bool, device=q.device)
-    selected.scatter_(2, top, True)
+    selected.scatter_(2, top, chosen.expand_as(top))
     allowed = (~pad_k)[:, None, None, :].expand(b, 1, lq, lk)
     if causal:
         allowed = allowed & torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()

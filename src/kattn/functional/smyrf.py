@@ -16,9 +16,11 @@ Clustering, NeurIPS 2020, §3): softmax inside balanced clusters of queries and 
    softmax with each pair weighted by the number N_ij of rounds that put i and j together:
    ``out_i = Σ_j N_ij e^{s_ij} v_j / Σ_j N_ij e^{s_ij}`` (:func:`smyrf_attention_reference`).
 
-``C = ⌈max(Lq, Lk) / cluster_size⌉``: with Lq == Lk both sides have clusters of about
-``cluster_size``; in cross-attention the shorter side has smaller clusters, so each round
-costs ``C · ⌈Lq/C⌉ · ⌈Lk/C⌉ ≈ min(Lq, Lk) · cluster_size`` scores.
+``C_b = ⌈max(nq_b, nk_b) / cluster_size⌉`` for an example of nq_b real queries and nk_b
+real keys (at least 1), so an example's clusters, and its output, do not depend on how much
+padding its batch adds: with Lq == Lk both sides have clusters of about ``cluster_size``; in
+cross-attention the shorter side has smaller clusters, so each round costs
+``C · ⌈nq/C⌉ · ⌈nk/C⌉ ≈ min(nq, nk) · cluster_size`` scores.
 
 Padding: padded keys get no rank (they sort after the real ones and are left out of the
 clusters, which are cut from the real keys only); with Lq == Lk (self-attention) the mask
@@ -31,7 +33,7 @@ Shapes: B batch, H heads, Lq/Lk lengths, D head dim, Dv value dim, R rounds, C c
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import torch
 from torch import Tensor
@@ -66,10 +68,25 @@ class SmyrfOrders(NamedTuple):
     num_keys: Tensor
 
 
-def smyrf_num_clusters(lq: int, lk: int, cluster_size: int) -> int:
-    """C = ⌈max(Lq, Lk) / cluster_size⌉, the clusters of each round."""
+@overload
+def smyrf_num_clusters(lq: int, lk: int, cluster_size: int) -> int: ...
+
+
+@overload
+def smyrf_num_clusters(lq: Tensor, lk: Tensor, cluster_size: int) -> Tensor: ...
+
+
+def smyrf_num_clusters(lq: int | Tensor, lk: int | Tensor, cluster_size: int) -> int | Tensor:
+    """C = ⌈max(nq, nk) / cluster_size⌉ (at least 1), the clusters of each round for nq
+    queries and nk keys: ints, or the ``(B,)`` real counts of each example
+    (``SmyrfOrders.num_queries``, ``num_keys``) for a ``(B,)`` tensor."""
     positive_int("cluster_size", cluster_size)
-    return -(-max(lq, lk) // cluster_size)
+    if isinstance(lq, Tensor) or isinstance(lk, Tensor):
+        longest = torch.maximum(torch.as_tensor(lq), torch.as_tensor(lk))
+        return torch.div(longest + cluster_size - 1, cluster_size, rounding_mode="floor").clamp(
+            min=1
+        )
+    return max(1, -(-max(lq, lk) // cluster_size))
 
 
 def _padding(q: Tensor, k: Tensor, key_padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
@@ -142,12 +159,12 @@ def smyrf_orders(
     return SmyrfOrders(q_order, k_order, (~pad_q).sum(-1), (~pad_k).sum(-1))
 
 
-def _starts(cluster: Tensor, n: Tensor, num_clusters: int) -> Tensor:
+def _starts(cluster: Tensor, n: Tensor, num_clusters: int | Tensor) -> Tensor:
     """⌊c·n/C⌋, the first rank of cluster c among n items (n broadcast against c)."""
     return torch.div(cluster * n, num_clusters, rounding_mode="floor")
 
 
-def _key_span(cluster: Tensor, n: Tensor, num_clusters: int) -> tuple[Tensor, Tensor]:
+def _key_span(cluster: Tensor, n: Tensor, num_clusters: int | Tensor) -> tuple[Tensor, Tensor]:
     """The key ranks ``[start, end)`` of cluster c: ⌊c·n/C⌋ … ⌊(c+1)·n/C⌋, at least one key
     when n > 0."""
     start = _starts(cluster, n, num_clusters)
@@ -155,7 +172,7 @@ def _key_span(cluster: Tensor, n: Tensor, num_clusters: int) -> tuple[Tensor, Te
     return start, torch.maximum(end, torch.minimum(start + 1, n))
 
 
-def _query_cluster(rank: Tensor, n: Tensor, num_clusters: int) -> Tensor:
+def _query_cluster(rank: Tensor, n: Tensor, num_clusters: int | Tensor) -> Tensor:
     """The cluster of the query of rank r < n: the c with ⌊c·n/C⌋ <= r < ⌊(c+1)·n/C⌋."""
     return torch.div((rank + 1) * num_clusters - 1, n.clamp_min(1), rounding_mode="floor")
 
@@ -166,12 +183,16 @@ def _inverse(order: Tensor) -> Tensor:
     return torch.empty_like(order).scatter_(-1, order, ar)
 
 
-def smyrf_pattern(orders: SmyrfOrders, num_clusters: int) -> Tensor:
+def smyrf_pattern(orders: SmyrfOrders, num_clusters: int | Tensor) -> Tensor:
     """The bool ``(B, H, R, Lq, Lk)`` pattern of each round: True where query i and key j are
-    in clusters of the same rank. O(R·Lq·Lk) memory: for references and plots."""
+    in clusters of the same rank, for ``num_clusters`` clusters (an int, or ``(B,)`` per
+    example as :func:`smyrf_num_clusters` of the real counts gives). O(R·Lq·Lk) memory: for
+    references and plots."""
     b = orders.num_queries.shape[0]
     nq = orders.num_queries.view(b, 1, 1, 1)
     nk = orders.num_keys.view(b, 1, 1, 1)
+    if isinstance(num_clusters, Tensor):
+        num_clusters = num_clusters.to(nq.device).view(b, 1, 1, 1)
     rank_q, rank_k = _inverse(orders.q_order), _inverse(orders.k_order)
     cluster = _query_cluster(rank_q, nq, num_clusters)  # (B, H, R, Lq)
     start, end = _key_span(cluster, nk, num_clusters)
@@ -198,7 +219,8 @@ def smyrf_attention(
     Args:
         q: ``(B, H, Lq, D)``; k: ``(B, H, Lk, D)``; v: ``(B, H, Lk, Dv)``.
         projections: ``(R, D + 2)`` hash directions.
-        cluster_size: C = ⌈max(Lq, Lk)/cluster_size⌉ clusters per round.
+        cluster_size: C_b = ⌈max(nq_b, nk_b)/cluster_size⌉ clusters per round for an
+            example of nq_b real queries and nk_b real keys.
         key_padding_mask: ``(B, Lk)`` bool, True marks padding.
         scale: logit scale, default ``1/√D``.
 
@@ -212,8 +234,8 @@ def smyrf_attention(
     scale = d**-0.5 if scale is None else scale
     orders = smyrf_orders(q, k, projections, key_padding_mask=key_padding_mask)
     r = orders.q_order.shape[2]
-    nc = smyrf_num_clusters(lq, lk, cluster_size)
-    wq, wk = -(-lq // nc), -(-lk // nc)
+    num_clusters = smyrf_num_clusters(orders.num_queries, orders.num_keys, cluster_size)
+    nc, wq, wk = _window_sizes(orders, num_clusters, cluster_size, key_padding_mask is None)
     pad_q, pad_k = _padding(q, k, key_padding_mask)
     xq = q.to(acc).masked_fill(pad_q[:, None, :, None], 0.0) * scale
     xk = k.to(acc).masked_fill(pad_k[:, None, :, None], 0.0)
@@ -221,11 +243,13 @@ def smyrf_attention(
     clusters = torch.arange(nc, device=q.device)
     nq = orders.num_queries.view(b, 1)
     nk = orders.num_keys.view(b, 1)
-    # the ranks held by the window of each cluster: (B, C, w), slots past the cluster invalid
-    q_rank = _starts(clusters, nq, nc)[..., None] + torch.arange(wq, device=q.device)
-    k_start, k_end = _key_span(clusters, nk, nc)
+    nc_b = num_clusters.view(b, 1)
+    # the ranks held by the window of each cluster: (B, C, w), slots past the cluster invalid;
+    # an example's clusters past its own C_b hold no real query and read no key
+    q_rank = _starts(clusters, nq, nc_b)[..., None] + torch.arange(wq, device=q.device)
+    k_start, k_end = _key_span(clusters, nk, nc_b)
     k_rank = k_start[..., None] + torch.arange(wk, device=q.device)
-    k_valid = k_rank < k_end[..., None]
+    k_valid = (k_rank < k_end[..., None]) & (k_rank < nk[..., None])
     qs = _gather_windows(xq, orders.q_order, q_rank.clamp(max=lq - 1))  # (B, H, R, C, wq, D)
     k_pos = _window_positions(orders.k_order, k_rank.clamp(max=lk - 1))
     ks, vs = _gather_rows(xk, k_pos), _gather_rows(xv, k_pos)  # (B, H, R, C, wk, ·)
@@ -236,15 +260,31 @@ def smyrf_attention(
     out_c, lse_c = _softmax_with_lse(scores, vs)  # (B, H, R, C, wq, Dv), (B, H, R, C, wq)
     # back to query positions: the rank of query i, its cluster and its slot there
     rank = _inverse(orders.q_order)  # (B, H, R, Lq)
-    nq4 = orders.num_queries.view(b, 1, 1, 1)
-    cluster = _query_cluster(rank, nq4, nc)
+    nq4, nc4 = orders.num_queries.view(b, 1, 1, 1), num_clusters.view(b, 1, 1, 1)
+    cluster = _query_cluster(rank, nq4, nc4)
     real = rank < nq4
-    slot = torch.where(real, cluster * wq + rank - _starts(cluster, nq4, nc), 0)
+    slot = torch.where(real, cluster * wq + rank - _starts(cluster, nq4, nc4), 0)
     out_r = out_c.reshape(b, h, r, nc * wq, dv).gather(
         3, slot[..., None].expand(-1, -1, -1, -1, dv)
     )
     lse_r = lse_c.reshape(b, h, r, nc * wq).gather(3, slot).masked_fill(~real, -math.inf)
     return _merge_rounds(out_r, lse_r).to(v.dtype)
+
+
+def _window_sizes(
+    orders: SmyrfOrders, num_clusters: Tensor, cluster_size: int, unpadded: bool
+) -> tuple[int, int, int]:
+    """The most clusters of any example and the most queries and keys in any of their
+    clusters, ⌈n/C_b⌉ (a key window has at least one slot). Read from the device only with a
+    padding mask, where the counts differ between examples."""
+    lq, lk = orders.q_order.shape[-1], orders.k_order.shape[-1]
+    if unpadded or orders.num_queries.numel() == 0:
+        nc = smyrf_num_clusters(lq, lk, cluster_size)
+        return nc, -(-lq // nc), max(1, -(-lk // nc))
+    nq, nk = orders.num_queries, orders.num_keys
+    sizes = torch.stack([num_clusters, -(-nq // num_clusters), -(-nk // num_clusters)])
+    nc, wq, wk = sizes.amax(1).tolist()
+    return nc, wq, max(1, wk)
 
 
 def _window_positions(order: Tensor, rank: Tensor) -> Tensor:
@@ -312,11 +352,12 @@ def smyrf_attention_reference(
 
     Args and returns as :func:`smyrf_attention`.
     """
-    d, lq, lk = q.shape[-1], q.shape[2], k.shape[2]
+    d = q.shape[-1]
     acc = accumulation_dtype(v.dtype)
     scale = d**-0.5 if scale is None else scale
     orders = smyrf_orders(q, k, projections, key_padding_mask=key_padding_mask)
-    counts = smyrf_pattern(orders, smyrf_num_clusters(lq, lk, cluster_size)).sum(2)
+    num_clusters = smyrf_num_clusters(orders.num_queries, orders.num_keys, cluster_size)
+    counts = smyrf_pattern(orders, num_clusters).sum(2)
     pad_q, pad_k = _padding(q, k, key_padding_mask)
     xq = q.to(acc).masked_fill(pad_q[:, None, :, None], 0.0)
     xk = k.to(acc).masked_fill(pad_k[:, None, :, None], 0.0)
