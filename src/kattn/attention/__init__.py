@@ -10,9 +10,10 @@ from .nystromformer import NystromformerAttention
 from .simpletron import SimpletronAttention
 from .skyformer import SkyformerAttention
 from .softmax import SoftmaxAttention
+from .softmax_rpe import RelativeSoftmaxAttention
 
 #: the modules of shared machinery, which register nothing (every other module must register)
-SUPPORT_MODULES = ("base", "seeded")
+SUPPORT_MODULES = ("base", "rpe_options", "seeded", "temperature")
 MODULES = import_modules(__name__, __path__)
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "KernelizedAttention",
     "LinformerAttention",
     "NystromformerAttention",
+    "RelativeSoftmaxAttention",
     "SimpletronAttention",
     "SkyformerAttention",
     "SoftmaxAttention",

@@ -26,6 +26,8 @@ from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
 from ..registry import declared_types, keyword_parameters, register_mechanism
 from .base import Attention, sums_in_float32
+from .rpe_options import aggregator_class, build_aggregator, encoding_option_types, rpe_option_names
+from .temperature import head_factor, init_temperature, temperature_repr
 
 
 class KernelizedAttention(Attention):
@@ -34,6 +36,10 @@ class KernelizedAttention(Attention):
     Args:
         feature_map: a name from ``kattn.features.available()``.
         normalize_qk: ℓ2-normalise q and k before φ (NPRF, Luo et al. 2021 §3.3).
+        temperature: with ``normalize_qk``, the initial ``τ_h``: the kernel sees
+            ``scale · τ_h · q̂·k̂`` (q̂ and k̂ each multiplied by ``√τ_h``), as
+            ``normalized_softmax``'s logits, whose parameter converts to this one.
+        learn_temperature: learn ``τ_h`` per head (``log_temperature``, shape ``(H,)``).
         scale: the kernel sees ``scale · q·k``: q and k are each multiplied by ``√scale``.
             Default: ``1/√D`` for maps that estimate ``exp(q·k)`` (as softmax does) and for the
             learned spectral maps (as their released code), else 1
@@ -54,6 +60,7 @@ class KernelizedAttention(Attention):
     """
 
     supports_recurrent = True
+    log_temperature: Tensor | None
 
     def __init__(
         self,
@@ -63,6 +70,8 @@ class KernelizedAttention(Attention):
         max_len: int | None = None,
         feature_map: str = "elu",
         normalize_qk: bool = False,
+        temperature: float = 1.0,
+        learn_temperature: bool = False,
         scale: float | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         block_size: int = DEFAULT_BLOCK_SIZE,
@@ -72,7 +81,7 @@ class KernelizedAttention(Attention):
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
         self._check_option_types(normalize_qk=normalize_qk, scale=scale, eps=eps)
-        aggregator = _build_aggregator(rpe, num_heads, max_len, options)
+        aggregator = build_aggregator(rpe, num_heads, max_len, options)
         # An encoding is the submodule ``rpe`` (its state_dict keys and the public attribute);
         # the plain aggregator has no parameters and is not registered (see ``aggregator``).
         self.rpe = aggregator if isinstance(aggregator, positional.RelativePositionBias) else None
@@ -89,6 +98,13 @@ class KernelizedAttention(Attention):
         )
         self.feature_map_name = feature_map
         self.normalize_qk = normalize_qk
+        init_temperature(
+            self,
+            num_heads=num_heads,
+            temperature=temperature,
+            learn_temperature=learn_temperature,
+            normalize_qk=normalize_qk,
+        )
         if scale is None:
             fm = self.feature_map
             softmax_like = (fm.softmax_scaling or fm.approximates_softmax) and not self.normalize_qk
@@ -131,12 +147,7 @@ class KernelizedAttention(Attention):
         if isinstance(name, str) and name in feature_maps.available():
             fm_cls = FEATURE_MAPS.get(name).cls
             own.update(declared_types(fm_cls.__init__, exclude=("head_dim", "num_heads")))
-        rpe = options.get("rpe")
-        if isinstance(rpe, str) and rpe in positional.available():
-            declared = declared_types(positional.get(rpe).__init__)
-            own.update(
-                {ours: declared[o] for ours, o in rpe_option_names(rpe).items() if o in declared}
-            )
+        own.update(encoding_option_types(options.get("rpe")))
         return own
 
     @classmethod
@@ -184,8 +195,13 @@ class KernelizedAttention(Attention):
             return self.feature_map.query_values(self._prepare(x), self.scale)
 
     def _prepare(self, x: Tensor) -> Tensor:
+        """x in the accumulation dtype; normalised, and times ``√τ_h``, with ``normalize_qk``."""
         x = x.to(lin.accumulation_dtype(x.dtype))
-        return F.normalize(x, dim=-1) if self.normalize_qk else x
+        if not self.normalize_qk:
+            return x
+        x = F.normalize(x, dim=-1)
+        root_tau = head_factor(self.log_temperature, x, power=0.5)
+        return x if root_tau is None else x * root_tau
 
     @sums_in_float32
     def _attend(
@@ -278,57 +294,8 @@ class KernelizedAttention(Attention):
         return (
             f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
             f"feature_map={self.feature_map_name!r}, normalize_qk={self.normalize_qk}, "
-            f"scale={self.scale:.4g}"
+            f"scale={self.scale:.4g}{temperature_repr(self.log_temperature)}"
         )
-
-
-def rpe_option_names(name: str) -> dict[str, str]:
-    """Options of encoding ``name`` as ``kernelized`` takes them → the encoding's own names."""
-    return {("rpe_method" if o == "method" else o): o for o in positional.option_names(name)}
-
-
-def aggregator_class(rpe: object) -> type[Aggregator]:
-    """The aggregator class ``rpe`` gives: the encoding's class for a registered name or a
-    module, else ``LinearAggregator`` (for None; anything else the constructor refuses)."""
-    if isinstance(rpe, str) and rpe in positional.available():
-        return positional.get(rpe)
-    if isinstance(rpe, Aggregator):
-        return type(rpe)
-    return LinearAggregator
-
-
-def _build_aggregator(
-    rpe: str | positional.RelativePositionBias | None,
-    num_heads: int,
-    max_len: int | None,
-    options: dict[str, Any],
-) -> Aggregator:
-    """The plain aggregator without ``rpe``, else the encoding module (its options are taken
-    out of ``options``)."""
-    if rpe is None:
-        return LinearAggregator(num_heads=num_heads)
-    if isinstance(rpe, positional.RelativePositionBias):
-        configured = sorted(
-            o for name in positional.available() for o in rpe_option_names(name) if o in options
-        )
-        if configured:
-            raise TypeError(
-                f"options {configured} configure a relative positional encoding, but rpe is "
-                "a module already: pass them to kattn.positional.build instead"
-            )
-        if rpe.num_heads != num_heads:
-            raise ValueError(
-                f"rpe was built for {rpe.num_heads} heads, this attention has {num_heads}"
-            )
-        return rpe
-    if not isinstance(rpe, str):
-        raise TypeError(
-            f"rpe must be None, a name from kattn.positional.available() or a "
-            f"RelativePositionBias module, got {type(rpe).__name__}"
-        )
-    names = rpe_option_names(rpe) if rpe in positional.available() else {}
-    own = {names[o]: options.pop(o) for o in list(options) if o in names}
-    return positional.build(rpe, num_heads=num_heads, max_len=max_len, **own)
 
 
 register_mechanism(

@@ -140,6 +140,11 @@ from .softmax import (
     softmax_prefill,
     softmax_step,
 )
+from .softmax_bias import (
+    biased_softmax_attention,
+    biased_softmax_attention_reference,
+    biased_softmax_prefill,
+)
 from .sparse import block_sparse_attention, sparse_attention_reference
 from .sparse_combine import (
     add_global_tokens,
@@ -186,6 +191,9 @@ __all__ = [
     "banded_linear_attention",
     "banded_log_coefficients",
     "banded_step",
+    "biased_softmax_attention",
+    "biased_softmax_attention_reference",
+    "biased_softmax_prefill",
     "bigbird_attention",
     "bigbird_global_positions",
     "bigbird_layout",
