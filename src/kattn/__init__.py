@@ -7,12 +7,13 @@ The public API (see the README and docs/):
     kattn.features.available(), kattn.positional.available()
     kattn.MultiheadAttention(embed_dim, num_heads, mechanism=..., **options)
     kattn.patch(model, mechanism=..., **options)
+    kattn.convert_attention(model, to, **options) -> kattn.nn.ConversionReport
 """
 
 from . import attention as _attention  # noqa: F401  (registers the mechanisms)
 from . import features, functional, positional
 from .attention.base import Attention
-from .nn import MultiheadAttention, patch
+from .nn import MultiheadAttention, convert_attention, patch
 from .registry import MechanismSpec, available, build, spec
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __all__ = [
     "__version__",
     "available",
     "build",
+    "convert_attention",
     "features",
     "functional",
     "patch",

@@ -1,9 +1,10 @@
-"""Modules built on the mechanisms: the drop-in multi-head attention, ``patch``, and the
-encoder and classifier of the LRA models, the causal language model and the encoder–decoder
-Transformer with its searches."""
+"""Modules built on the mechanisms: the drop-in multi-head attention, ``patch``,
+``convert_attention``, and the encoder and classifier of the LRA models, the causal language
+model and the encoder–decoder Transformer with its searches."""
 
 from .causal_lm import CausalLM, DecodingState
 from .classifiers import DualEncoderClassifier, SequenceClassifier
+from .convert import ConversionReport, ModuleConversion, convert_attention
 from .encoder import EncoderLayer, TransformerEncoder, sinusoidal_positions
 from .generation import generate, sample_next
 from .multihead import MultiheadAttention
@@ -13,15 +14,18 @@ from .seq2seq_search import beam_search, greedy_decode
 
 __all__ = [
     "CausalLM",
+    "ConversionReport",
     "DecodingState",
     "DualEncoderClassifier",
     "EncoderLayer",
+    "ModuleConversion",
     "MultiheadAttention",
     "Seq2Seq",
     "Seq2SeqState",
     "SequenceClassifier",
     "TransformerEncoder",
     "beam_search",
+    "convert_attention",
     "generate",
     "greedy_decode",
     "patch",
