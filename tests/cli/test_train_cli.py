@@ -46,7 +46,8 @@ def test_presets_flags_and_overrides(capsys):
         "--steps", "7", "--seed", "3", "--set", "optim.warmup_steps=0",
     )  # fmt: skip
     assert sky["train"]["batch_size"] == 16 and sky["data"]["max_len"] == 4096  # skyformer
-    assert sky["attention"] == {"name": "performer", "options": {"num_features": 128}}
+    assert sky["attention"]["name"] == "performer"
+    assert sky["attention"]["options"] == {"num_features": 128}
     assert sky["model"]["num_layers"] == 4 and sky["train"]["steps"] == 7
     assert sky["train"]["seed"] == 3 and sky["data"]["path"] == "somewhere"
     small = config_of(capsys)  # no --data: the embedded ListOps and the small preset

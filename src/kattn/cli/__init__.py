@@ -1,5 +1,5 @@
-"""The ``kattn`` command: list, demo, bench, report, train, eval, generate, data generate,
-pattern."""
+"""The ``kattn`` command: list, demo, bench, report, train, eval, generate, translate, data
+generate, pattern."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .listing import add_list_parser
 from .pattern import add_pattern_parser
 from .report import add_report_parser
 from .train import add_train_parsers
+from .translate import add_translate_parser
 
 __all__ = ["build_parser", "main"]
 
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_report_parser(sub)
     add_train_parsers(sub)
     add_generate_parser(sub)
+    add_translate_parser(sub)
     add_data_parser(sub)
     add_pattern_parser(sub)
     return parser

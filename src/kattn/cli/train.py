@@ -18,7 +18,8 @@ from ..train.validation import validate
 #: flags that set the config (refused with --resume, which keeps the run's config.json).
 _CONFIG_FLAGS = (
     "config", "task", "data", "level", "attention", "attention_option", "preset", "set", "steps",
-    "batch_size", "eval_every", "seed", "device", "block_size", "tokenizer",
+    "batch_size", "eval_every", "seed", "device", "block_size", "tokenizer", "src", "tgt",
+    "max_tokens",
 )  # fmt: skip
 
 
@@ -26,13 +27,19 @@ def add_train_parsers(sub: Any) -> None:
     """Add ``train`` and ``eval`` to the ``kattn`` subcommands."""
     p = sub.add_parser(
         "train",
-        help="train a classifier on an LRA task, or a causal language model (--task lm)",
-        description="Train a classifier on a Long Range Arena task, or a causal language model "
-        "(--task lm), with any mechanism. Without --data, ListOps trains on a small generated "
-        "set and lm on this Python's standard-library sources (the embedded defaults).",
+        help="train a classifier on an LRA task, a causal language model (--task lm) or a "
+        "translation model (--task translation)",
+        description="Train a classifier on a Long Range Arena task, a causal language model "
+        "(--task lm) or an encoder-decoder translation model (--task translation), with any "
+        "mechanism. Without --data, ListOps trains on a small generated set, lm on this "
+        "Python's standard-library sources and translation on the message catalogues "
+        "installed on this machine with their human translations (the embedded defaults).",
     )
     p.add_argument(
-        "--task", choices=TASKS, help="the task (default listops; lm: causal language model)"
+        "--task",
+        choices=TASKS,
+        help="the task (default listops; lm: causal language model; translation: "
+        "encoder-decoder, Luo et al. 2021 §4.3)",
     )
     p.add_argument(
         "--data",
@@ -40,13 +47,24 @@ def add_train_parsers(sub: Any) -> None:
         "(ListOps), new_aan_pairs.*.tsv (Retrieval), aclImdb (Text), "
         "cifar-10-batches-py (Image) or pathfinder32 (Pathfinder); for lm a text file or a "
         "folder of .txt files (split 90/5/5 at line boundaries) or a WikiText folder "
-        "(wiki.{train,valid,test}.tokens or .raw)",
+        "(wiki.{train,valid,test}.tokens or .raw); for translation an IWSLT'14 folder as "
+        "fairseq prepares it (train.de, train.en, valid.*, test.*) or PREFIX of two aligned "
+        "files PREFIX.<src> and PREFIX.<tgt>",
+    )
+    p.add_argument("--src", help="translation: the source language (default de)")
+    p.add_argument("--tgt", help="translation: the target language (default en)")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        help="translation: padded tokens per batch (default 4096); --batch-size counts batches",
     )
     p.add_argument("--block-size", type=int, help="lm: tokens per training block (default 256)")
     p.add_argument(
         "--tokenizer",
         metavar="FILE",
-        help="lm: a HuggingFace tokenizer.json or a sentencepiece .model (default UTF-8 bytes)",
+        help="lm: a HuggingFace tokenizer.json or a sentencepiece .model (default UTF-8 bytes); "
+        "translation: a tokenizers JSON whose first ids are <pad> <bos> <eos> <unk> (default: "
+        "a joint BPE learnt on the training pairs)",
     )
     p.add_argument("--level", help="Pathfinder level (default curv_contour_length_14)")
     p.add_argument("--out", help="the run folder (default runs/<task>-<attention>)")
@@ -62,7 +80,8 @@ def add_train_parsers(sub: Any) -> None:
         choices=sorted(PRESETS),
         help="the papers' settings: skyformer (default with --data), lra, kl, "
         "small (default without --data); for lm: luo-lm (default with --data: the "
-        "WikiText-103 decoder of Luo et al. 2021) or small",
+        "WikiText-103 decoder of Luo et al. 2021) or small; for translation: luo-mt "
+        "(default with --data: the IWSLT'14 model of Luo et al. 2021 §4.3) or small",
     )
     p.add_argument(
         "--config",
@@ -110,6 +129,9 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
         data=args.data,
         block_size=args.block_size,
         tokenizer=args.tokenizer,
+        src=args.src,
+        tgt=args.tgt,
+        max_tokens=args.max_tokens,
         level=args.level,
         attention=args.attention,
         attention_options=tuple(args.attention_option or ()),

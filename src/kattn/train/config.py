@@ -1,7 +1,8 @@
 """Typed configuration of a training run, the papers' presets, and dotted overrides.
 
 A run is a :class:`RunConfig` of five parts (``model``, ``attention``, ``data``, ``optim``,
-``train``). Tasks are the five LRA classification tasks and ``lm``, causal language modelling.
+``train``). Tasks are the five LRA classification tasks, ``lm`` (causal language modelling)
+and ``translation`` (an encoder–decoder on sentence pairs).
 Presets give the papers' settings per task; ``--set model.num_layers=4`` style
 overrides change single fields, parsed to the field's type; unknown keys are refused with the
 valid ones listed. The resolved config is what a run saves as ``config.json``.
@@ -23,7 +24,7 @@ from .presets import PRESETS
 
 #: the classification tasks of the Long Range Arena.
 CLASSIFICATION_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
-TASKS = (*CLASSIFICATION_TASKS, "lm")
+TASKS = (*CLASSIFICATION_TASKS, "lm", "translation")
 SCHEDULES = ("rsqrt", "cosine", "onecycle", "constant")
 AMP_DTYPES = ("bfloat16", "float16")
 #: tokens per block of task ``lm`` when ``data.block_size`` is not set.
@@ -55,10 +56,22 @@ class ModelConfig:
 
 @dataclass
 class AttentionConfig:
-    """The mechanism of every layer and its options (``kattn.build`` names)."""
+    """The mechanism of every layer and its options (``kattn.build`` names).
+
+    Task ``translation`` chooses the three attentions of its encoder–decoder separately:
+    ``name``/``options`` are the encoder's self-attention; ``decoder`` (default ``name``) the
+    decoder's causal self-attention, with ``options`` updated by ``decoder_options``; ``cross``
+    the cross-attention, with ``options`` updated by ``cross_options`` (default: ``name``
+    without its relative positional encoding, ``rpe=None``, since source and target positions
+    are not on one axis).
+    """
 
     name: str = "softmax"
     options: dict[str, Any] = field(default_factory=dict)
+    decoder: str | None = None
+    cross: str | None = None
+    decoder_options: dict[str, Any] = field(default_factory=dict)
+    cross_options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,6 +87,14 @@ class DataConfig:
     folder; None: the embedded standard-library sources), tokenised by ``tokenizer`` (a
     HuggingFace ``.json`` or sentencepiece ``.model`` file; None: UTF-8 bytes), in blocks of
     ``block_size`` tokens (default :data:`LM_BLOCK_SIZE`).
+
+    Task ``translation`` reads ``src``→``tgt`` pairs (default de→en; ``path``: an IWSLT'14
+    folder as fairseq prepares it, or ``PREFIX`` of two aligned files ``PREFIX.src`` and
+    ``PREFIX.tgt``; None: the embedded gettext corpus), a joint BPE of ``bpe_size`` ids
+    (default 10,000) learnt on the training pairs unless ``tokenizer`` names one, and batches
+    of at most ``max_tokens`` padded tokens (default 4,096); ``max_len`` (default 256) is the
+    longest source or target in tokens: longer training pairs are left out, longer valid/test
+    sources cut (both counted in ``results.json``).
     """
 
     task: str = "listops"
@@ -85,6 +106,10 @@ class DataConfig:
     level: str = "curv_contour_length_14"
     block_size: int | None = None
     tokenizer: str | None = None
+    src: str | None = None
+    tgt: str | None = None
+    max_tokens: int | None = None
+    bpe_size: int | None = None
 
 
 @dataclass
@@ -97,7 +122,9 @@ class OptimConfig:
     ``cosine`` (linear warm-up to ``lr``, cosine decay to 0), ``constant`` (after warm-up).
     ``accumulate`` micro-batches make one optimiser step of ``train.batch_size`` examples.
     ``amp`` autocasts CUDA runs to ``amp_dtype`` (float16 with a gradient scaler); CPU runs
-    are fp32.
+    are fp32. ``label_smoothing`` (task ``translation``) mixes the one-hot target with the
+    uniform distribution in the training loss (Szegedy et al. 2016; 0.1 in Vaswani et al.
+    2017).
     """
 
     lr: float = 1e-4
@@ -112,6 +139,7 @@ class OptimConfig:
     accumulate: int = 1
     amp: bool = True
     amp_dtype: str = "bfloat16"
+    label_smoothing: float = 0.0
 
 
 @dataclass
@@ -123,6 +151,10 @@ class LoopConfig:
     batches, or all of it) and the run checkpointed; the best validation accuracy is kept as
     the best checkpoint once ``best_after`` of the steps are done (Skyformer: 0.2).
     ``early_stop`` stops after that many evaluations without improvement.
+
+    Task ``translation`` ends with BLEU on the first ``bleu_examples`` (all by default) pairs
+    of valid and test, decoded by beam search of ``beam_size`` hypotheses (1: greedy) with
+    fairseq's ``length_penalty`` and at most ``max_len_a · source length + max_len_b`` tokens.
     """
 
     steps: int = 50000
@@ -134,6 +166,11 @@ class LoopConfig:
     device: str = "auto"
     early_stop: int | None = None
     best_after: float = 0.0
+    beam_size: int = 5
+    length_penalty: float = 1.0
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+    bleu_examples: int | None = None
 
 
 @dataclass
@@ -225,15 +262,17 @@ def preset(name: str, task: str) -> RunConfig:
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     """Apply ``section.field=value`` strings in place; values are parsed as JSON when they
     can be (``4``, ``0.1``, ``true``, ``null``, ``"x"``), else taken as strings, then checked
-    against the field's type. ``attention.options.KEY=value`` sets a mechanism option."""
+    against the field's type. ``attention.options.KEY=value`` sets a mechanism option
+    (``attention.decoder_options.KEY``, ``attention.cross_options.KEY``: translation's decoder
+    and cross-attention)."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ValueError(f"an override is 'section.field=value', got {item!r}")
         value = _parse(raw)
         parts = key.split(".")
-        if parts[:2] == ["attention", "options"] and len(parts) == 3:
-            config.attention.options[parts[2]] = value
+        if parts[0] == "attention" and len(parts) == 3 and parts[1] in _OPTION_DICTS:
+            getattr(config.attention, parts[1])[parts[2]] = value
             continue
         if len(parts) != 2:
             raise ValueError(f"an override key is 'section.field', got {key!r}")
@@ -241,6 +280,10 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
         part = _section(config, section)
         setattr(part, name, _coerce(_field(part, section, name), value, key))
     return config
+
+
+#: the attention fields that hold mechanism options (``attention.options.KEY=value``).
+_OPTION_DICTS = ("options", "decoder_options", "cross_options")
 
 
 def _section(config: RunConfig, section: str) -> Any:

@@ -351,6 +351,8 @@ class _Run:
         results = run_results(
             self.config, self.objective, self.model, state, test, self.device, self.procs
         )
+        if self.procs.is_main:
+            results.update(self.objective.final_results(self.model, self.device))
         results["wall_time_s"] += time.perf_counter() - started
         if self.procs.is_main:
             save_json(self.run / RESULTS, results)

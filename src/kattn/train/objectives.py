@@ -5,9 +5,11 @@ examples a split has, the tensors of a batch, the model's logits and loss, the s
 statistics of a batch, the metrics they give, which validation result is the best, and the
 task's entries of ``results.json``. It also says what differs before and around training: how
 the data are read, which model is built, what a run folder keeps besides the config, how the
-run's header describes the data. Two exist: :class:`Classification` (the LRA tasks; best =
-highest accuracy) and :class:`LanguageModelling` (task ``lm``: next-token prediction over
-contiguous blocks of a corpus; best = lowest loss). :data:`OBJECTIVES` is the one place that
+run's header describes the data. Three exist: :class:`Classification` (the LRA tasks; best =
+highest accuracy), :class:`LanguageModelling` (task ``lm``: next-token prediction over
+contiguous blocks of a corpus; best = lowest loss) and
+:class:`~kattn.train.translation.Translation` (sentence pairs; best = lowest loss, BLEU at
+the end). :data:`OBJECTIVES` is the one place that
 chooses the objective of a task.
 
 Summed statistics are ``[loss_sum, correct, count]`` (count: examples or target tokens), so
@@ -17,9 +19,8 @@ that processes and batches add them up before any division.
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,124 +29,21 @@ from torch import Tensor, nn
 from ..data import DataFormatError, LMData, TaskData, Tokenizer, unigram_bits_per_byte
 from .batches import key_mask, majority_baseline, make_batch
 from .config import CLASSIFICATION_TASKS, RunConfig
+from .objective_base import SPLITS, Objective
 from .tasks import block_size, build_lm, load_lm_data, load_task, run_tokenizer
 from .tasks import build_model as build_classifier
-
-SPLITS = ("train", "valid", "test")
-
-#: the data an objective reads: :class:`~kattn.data.TaskData` or :class:`~kattn.data.LMData`.
-D = TypeVar("D")
+from .translation import Translation
 
 
-class Objective(ABC, Generic[D]):
-    """A task's data, model, batches, loss and metrics (see the module docstring), built
-    from the run's config and the data :meth:`load_data` read.
-
-    Attributes:
-        task: the task's name.
-        best_metric, higher_is_better: the validation metric that picks the best checkpoint.
-        count_key: the metric counting what was scored (left out of the training logs).
-        shown: the training metrics on the progress bar.
-        embedded_data: the data a run reads when ``data.path`` is not given (run header).
-        unit: what a split counts, after its size in the run header.
-        paper_preset: the preset of the paper a run with data of its own reproduces by default.
-        summary_keys: the results a finished ``kattn train`` prints.
-        needs_causal: the task's model attends causally (a mechanism without a causal form
-            is refused).
-    """
-
-    task: str
-    best_metric: str
-    higher_is_better: bool
-    count_key: str
-    shown: tuple[str, ...]
-    embedded_data: str
-    unit: str
-    paper_preset: str
-    summary_keys: tuple[str, ...]
-    needs_causal: bool = False
-
-    @staticmethod
-    def has_embedded_data(task: str) -> bool:
-        """Whether ``task`` runs on :attr:`embedded_data` when no ``data.path`` is given."""
-        return True
-
-    @staticmethod
-    @abstractmethod
-    def check_data_fields(config: RunConfig) -> None:
-        """``ValueError`` for a ``data.*`` field the task does not use."""
-
-    def __init__(self, config: RunConfig, data: D) -> None:
-        self.data = data
-
-    @classmethod
-    @abstractmethod
-    def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> D:
-        """The task's data as ``config`` says, with the files of run folder ``run_dir`` when
-        given (a resumed or finished run)."""
-
-    @classmethod
-    @abstractmethod
-    def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
-        """The (untrained) model of run folder ``run_dir`` with ``config``, and its tokenizer
-        (None when the task has none)."""
-
-    @abstractmethod
-    def build_model(self, config: RunConfig) -> nn.Module:
-        """The (untrained) model that ``config`` trains on the data (seeded by the caller)."""
-
-    def write_run_files(self, run_dir: Path) -> None:
-        """Write what the run folder needs besides ``config.json`` to use the model later
-        (nothing unless the task says)."""
-
-    @abstractmethod
-    def size(self, split: str) -> int:
-        """How many examples (blocks) ``split`` has."""
-
-    def eval_index(self, split: str, limit: int | None, seed: int) -> Tensor:
-        """The examples an evaluation of ``split`` reads: all of them in order, or the first
-        ``limit``."""
-        return torch.arange(min(self.size(split), limit or self.size(split)))
-
-    @abstractmethod
-    def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
-        """The tensors of examples ``index`` of ``split`` on ``device``."""
-
-    @abstractmethod
-    def forward(self, net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        """The model's logits on ``batch``."""
-
-    @abstractmethod
-    def loss(self, logits: Tensor, batch: dict[str, Tensor], reduction: str = "mean") -> Tensor:
-        """The cross-entropy of ``logits`` (its mean or sum over what is scored)."""
-
-    @abstractmethod
-    def counts(self, logits: Tensor, batch: dict[str, Tensor]) -> tuple[int, int]:
-        """How many predictions are right, and how many were scored."""
-
-    @abstractmethod
-    def metrics(self, sums: list[float], split: str) -> dict[str, float]:
-        """The metrics of summed statistics ``[loss_sum, correct, count]`` over ``split``."""
-
-    def rates(self, steps: int, seconds: float, batch_size: int) -> dict[str, float]:
-        """Throughput after ``steps`` optimiser steps in ``seconds`` of training."""
-        return {"steps_per_s": steps / max(seconds, 1e-9)}
-
-    def improved(self, metrics: dict[str, float], best: dict[str, float] | None) -> bool:
-        """Whether validation ``metrics`` beat the ``best`` so far."""
-        if best is None:
-            return True
-        new, old = metrics[self.best_metric], best[self.best_metric]
-        return new > old if self.higher_is_better else new < old
-
-    @abstractmethod
-    def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
-        """The task's entries of ``results.json`` (test metrics, best validation, baseline,
-        data description)."""
-
-    @abstractmethod
-    def summary(self, results: dict[str, Any]) -> str:
-        """The line a finished run prints."""
+def refuse_translation_fields(config: RunConfig) -> None:
+    """``ValueError`` for a field of task ``translation`` set in a run of another task."""
+    data, attention = config.data, config.attention
+    fields = {f"data.{k}": getattr(data, k) for k in ("src", "tgt", "max_tokens", "bpe_size")}
+    fields.update({f"attention.{k}": getattr(attention, k) or None
+                   for k in ("decoder", "cross", "decoder_options", "cross_options")})  # fmt: skip
+    for key, value in fields.items():
+        if value is not None:
+            raise ValueError(f"{key} is for task translation, not {data.task}")
 
 
 class Classification(Objective[TaskData]):
@@ -165,6 +63,7 @@ class Classification(Objective[TaskData]):
         for key in ("block_size", "tokenizer"):
             if getattr(config.data, key) is not None:
                 raise ValueError(f"data.{key} is for task lm, not {config.data.task}")
+        refuse_translation_fields(config)
 
     @staticmethod
     def has_embedded_data(task: str) -> bool:
@@ -270,6 +169,7 @@ class LanguageModelling(Objective[LMData]):
 
     @staticmethod
     def check_data_fields(config: RunConfig) -> None:
+        refuse_translation_fields(config)
         for key in ("max_len", "truncate"):
             if getattr(config.data, key) is not None:
                 raise ValueError(
@@ -376,6 +276,7 @@ class LanguageModelling(Objective[LMData]):
 OBJECTIVES: dict[str, type[Objective[Any]]] = {
     **dict.fromkeys(CLASSIFICATION_TASKS, Classification),
     "lm": LanguageModelling,
+    "translation": Translation,
 }
 
 

@@ -25,6 +25,9 @@ class TrainOptions:
     data: str | None = None
     block_size: int | None = None
     tokenizer: str | None = None
+    src: str | None = None
+    tgt: str | None = None
+    max_tokens: int | None = None
     level: str | None = None
     attention: str | None = None
     attention_options: tuple[str, ...] = ()
@@ -38,7 +41,8 @@ class TrainOptions:
 
 def _start(options: TrainOptions) -> RunConfig:
     """The saved config of ``options.config``, else the preset: ``options.preset``, or
-    ``skyformer`` (``luo-lm`` for lm) with data or a task other than ListOps, else ``small``."""
+    ``skyformer`` (``luo-lm`` for lm, ``luo-mt`` for translation) with data or a task other
+    than ListOps, else ``small``."""
     if options.config:
         if options.preset:
             raise ValueError("give --config or --preset, not both")
@@ -64,6 +68,9 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, list[str]]:
         config.data.block_size = options.block_size
     if options.tokenizer:
         config.data.tokenizer = str(Path(options.tokenizer))
+    for key in ("src", "tgt", "max_tokens"):
+        if getattr(options, key) is not None:
+            setattr(config.data, key, getattr(options, key))
     if options.level:
         config.data.level = options.level
     if options.attention:
