@@ -147,6 +147,9 @@ class TransformerEncoder(nn.Module):
             bias per offset for the whole model) instead of one per layer.
         embedding_std: std of the normal init of the token and learned position embeddings
             (0.02 as the Skyformer/Nyströmformer LRA code; LRA's JAX models use 1.0).
+        embed_scale: the token embeddings are multiplied by it before positions are added
+            (Vaswani et al. 2017, §3.4, use √dim with embeddings of std 1/√dim, so that
+            tokens are not drowned by the unit-amplitude sinusoids).
     """
 
     def __init__(
@@ -164,6 +167,7 @@ class TransformerEncoder(nn.Module):
         attention_dropout: float = 0.0,
         norm_first: bool = True,
         embedding_std: float = 0.02,
+        embed_scale: float = 1.0,
         block_skip: bool = False,
         out_proj: bool = True,
         cls_token: bool = False,
@@ -178,7 +182,7 @@ class TransformerEncoder(nn.Module):
                 f"vocab_size, max_len and depth must be positive, got {vocab_size}, {max_len}, "
                 f"{depth}"
             )
-        self.max_len = max_len
+        self.max_len, self.embed_scale = max_len, float(embed_scale)
         self.cls: nn.Parameter | None = nn.Parameter(torch.zeros(dim)) if cls_token else None
         max_len = max_len + int(cls_token)  # positions and mechanisms see the CLS too
         if share_rpe:
@@ -220,6 +224,8 @@ class TransformerEncoder(nn.Module):
             raise ValueError(f"sequence length {length} exceeds max_len={self.max_len}")
         check_token_ids(tokens, self.embedding.num_embeddings)
         x = self.embedding(tokens)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
         if self.cls is not None:
             x = torch.cat([self.cls.to(x.dtype).expand(x.shape[0], 1, -1), x], dim=1)
             length += 1

@@ -112,6 +112,8 @@ class Seq2Seq(nn.Module):
         share_embeddings: one embedding for source and target (a joint vocabulary; needs
             ``src_vocab == tgt_vocab``); tie_output: the output projection is the target
             embedding matrix; embedding_std: std of the normal init of the embeddings.
+        scale_embeddings: multiply the token embeddings by √dim (Vaswani et al. 2017, §3.4;
+            fairseq's Transformer), with ``embedding_std = dim^-½`` the usual pairing.
         share_rpe: one relative encoding per attention kind across layers (see
             :class:`~kattn.nn.encoder.TransformerEncoder`).
     """
@@ -140,10 +142,12 @@ class Seq2Seq(nn.Module):
         share_embeddings: bool = False,
         tie_output: bool = True,
         embedding_std: float = 0.02,
+        scale_embeddings: bool = False,
         share_rpe: bool = True,
     ) -> None:
         super().__init__()
         _check_mechanisms(decoder_attention, cross_attention)
+        self.embed_scale = self_scale = dim**0.5 if scale_embeddings else 1.0
         if share_embeddings and src_vocab != tgt_vocab:
             raise ValueError(
                 f"share_embeddings needs one vocabulary, got src_vocab={src_vocab} and "
@@ -155,7 +159,8 @@ class Seq2Seq(nn.Module):
             src_vocab, max_len, dim=dim, depth=num_encoder_layers, num_heads=num_heads,
             ffn_dim=ffn_dim, mechanism=encoder_attention, positions=positions, dropout=dropout,
             attention_dropout=attention_dropout, norm_first=norm_first,
-            embedding_std=embedding_std, share_rpe=share_rpe, **(encoder_options or {}),
+            embedding_std=embedding_std, embed_scale=self_scale, share_rpe=share_rpe,
+            **(encoder_options or {}),
         )  # fmt: skip
         self_options, cross = dict(decoder_options or {}), dict(cross_options or {})
         if share_rpe:
@@ -199,6 +204,8 @@ class Seq2Seq(nn.Module):
         ``start … start + L − 1``."""
         check_token_ids(tokens, self.embedding.num_embeddings)
         x = self.embedding(tokens)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
         end = start + tokens.shape[1]
         if self.position is not None:
             if end > self.max_len:

@@ -60,8 +60,9 @@ def _has_rpe(name: str, options: dict[str, Any]) -> bool:
 
 def build_seq2seq(config: RunConfig, vocab_size: int) -> Seq2Seq:
     """The encoder–decoder of ``config.model`` over a joint vocabulary of ``vocab_size`` ids
-    (shared embeddings; the output layer tied to them unless ``model.tie_embeddings`` is
-    False), ``model.num_layers`` encoder and decoder blocks."""
+    (shared embeddings multiplied by √dim as Vaswani et al. 2017, §3.4; the output layer tied
+    to them unless ``model.tie_embeddings`` is False), ``model.num_layers`` encoder and
+    decoder blocks."""
     m = config.model
     return Seq2Seq(
         vocab_size, vocab_size, dim=m.dim, num_heads=m.num_heads, ffn_dim=m.ffn_dim,
@@ -69,6 +70,7 @@ def build_seq2seq(config: RunConfig, vocab_size: int) -> Seq2Seq:
         max_len=max_len(config), positions=m.positions, dropout=m.dropout,
         attention_dropout=m.attention_dropout, norm_first=m.norm_first,
         share_embeddings=True, tie_output=m.tie_embeddings, embedding_std=m.embedding_std,
+        scale_embeddings=True,
         **attention_plan(config),
     )  # fmt: skip
 
