@@ -1,5 +1,5 @@
-"""The ``kattn`` command: list, demo, bench, report, train, eval, generate, translate, data
-generate, pattern."""
+"""The ``kattn`` command: list, demo, bench, report, train, eval, generate, translate, convert,
+data generate, pattern."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from .bench import add_bench_parser
+from .convert import add_convert_parser
 from .data import add_data_parser
 from .demo import add_demo_parser
 from .generate import add_generate_parser
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_parsers(sub)
     add_generate_parser(sub)
     add_translate_parser(sub)
+    add_convert_parser(sub)
     add_data_parser(sub)
     add_pattern_parser(sub)
     return parser
