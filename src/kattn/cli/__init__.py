@@ -1,5 +1,5 @@
 """The ``kattn`` command: list, demo, bench, report, train, eval, generate, translate, convert,
-data generate, pattern."""
+study, data generate, pattern."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .generate import add_generate_parser
 from .listing import add_list_parser
 from .pattern import add_pattern_parser
 from .report import add_report_parser
+from .study import add_study_parser
 from .train import add_train_parsers
 from .translate import add_translate_parser
 
@@ -35,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_parser(sub)
     add_translate_parser(sub)
     add_convert_parser(sub)
+    add_study_parser(sub)
     add_data_parser(sub)
     add_pattern_parser(sub)
     return parser
