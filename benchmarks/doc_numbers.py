@@ -69,6 +69,7 @@ PAGES = (
     "docs/rpe.md",
     "docs/simpletron.md",
     "docs/sparse.md",
+    "docs/translation.md",
 )
 
 

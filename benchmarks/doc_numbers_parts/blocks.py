@@ -16,6 +16,7 @@ from .sources import (
     PINV_INIT,
     RPE,
     RPE_BLOCKED,
+    SEQ2SEQ_DECODE,
     SPARSE,
     SPARSE_LISTOPS_RUNS,
     SPECTRAL,
@@ -49,6 +50,7 @@ from .tables_nystrom import (
     stability_table,
 )
 from .tables_sparse import sparse_listops, sparse_speed
+from .tables_translation import translation_decode
 
 BLOCKS: list[Block] = [
     Block("README.md", "foundation", (FOUNDATION,), readme_foundation),
@@ -78,4 +80,5 @@ BLOCKS: list[Block] = [
     Block("docs/sparse.md", "sparse-listops", SPARSE_LISTOPS_RUNS, sparse_listops),
     Block("docs/baselines.md", "baselines-speed", (BASELINES,), baselines_speed),
     Block("docs/baselines.md", "baselines-listops", BASELINE_LISTOPS_RUNS, baselines_listops),
+    Block("docs/translation.md", "translation-decode", (SEQ2SEQ_DECODE,), translation_decode),
 ]  # fmt: skip

@@ -33,6 +33,7 @@ SPARSE_LISTOPS_RUNS = tuple(
     for name in ("softmax", "local", "longformer", "bigbird", "sparse_transformer")
 )
 BASELINES = f"{R}/baselines-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
+SEQ2SEQ_DECODE = f"{R}/seq2seq-decode-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
 BASELINE_NAMES = ("reformer", "smyrf", "clustered", "improved_clustered", "sinkhorn",
                   "synthesizer", "informer", "rfa_gate")  # fmt: skip
 BASELINE_LISTOPS_RUNS = tuple(f"{R}/listops-baselines/{n}/results.json" for n in BASELINE_NAMES)
