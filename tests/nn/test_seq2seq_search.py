@@ -121,3 +121,21 @@ def test_limits_bound_the_lengths_and_bad_options_are_refused():
     model.train()
     greedy_decode(model, src, mask, bos=BOS, eos=EOS, max_len_b=2)
     assert model.training  # the mode is restored
+
+
+def test_decoding_stops_at_the_positions_the_decoder_can_read() -> None:
+    """A decoder whose relative encoding has max_len offsets emits at most max_len − 1 tokens
+    before eos, whatever max_len_a and max_len_b allow (it raised past the table before)."""
+    torch.manual_seed(0)
+    model = Seq2Seq(
+        50, 50, dim=16, num_heads=2, ffn_dim=32, num_encoder_layers=1, num_decoder_layers=1,
+        encoder_attention="nprf_rpe", decoder_attention="nprf_rpe",
+        cross_attention="performer", max_len=16,
+    ).eval()  # fmt: skip
+    assert model.max_target_tokens == 15
+    src = torch.randint(4, 50, (1, 15))
+    for search, extra in ((greedy_decode, {}), (beam_search, {"beam_size": 2})):
+        tokens, _ = search(model, src, None, bos=1, eos=2, max_len_a=1.2, max_len_b=10, **extra)
+        assert len(tokens[0]) <= 15
+    unbounded = Seq2Seq(50, 50, dim=16, num_heads=2, ffn_dim=32, max_len=16)
+    assert unbounded.max_target_tokens is None

@@ -134,6 +134,48 @@ def test_the_cross_attention_drops_the_relative_encoding_by_default() -> None:
     assert attention_plan(config)["cross_options"] == {"num_features": 16}
 
 
+def test_the_default_cross_attention_leaves_the_encodings_options_behind() -> None:
+    config = apply_overrides(
+        preset("small", "translation"),
+        ["attention.name=nprf_rpe", "attention.options.rpe=decay",
+         "attention.options.decay_terms=2", "attention.options.num_features=8"],
+    )  # fmt: skip
+    plan = attention_plan(validate(config))
+    assert plan["cross_options"] == {"rpe": None, "num_features": 8}
+    assert plan["decoder_options"]["decay_terms"] == 2
+    build_seq2seq(config, 300)  # builds: no encoding option reaches the cross-attention
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["attention.cross=nprf_rpe"], ["attention.cross_options.rpe=toeplitz"]],
+)
+def test_a_cross_attention_encoding_is_refused_before_training(overrides: list[str]) -> None:
+    config = apply_overrides(preset("small", "translation"), ["attention.name=nprf_rpe"])
+    with pytest.raises(ValueError, match=r"cross_options\.rpe=null"):
+        validate(apply_overrides(config, overrides))
+
+
+def test_the_paper_preset_drops_its_feature_counts_for_softmax(capsys) -> None:
+    from kattn.train.run import TrainOptions, resolve_config
+
+    config, dropped = resolve_config(
+        TrainOptions(task="translation", data="x", attention="softmax")
+    )
+    assert config.attention.decoder_options == config.attention.cross_options == {}
+    assert "decoder_options.num_features=24" in dropped
+    build_seq2seq(validate(config), 300)
+
+
+def test_token_batches_are_not_merged_into_bigger_ones(iwslt_dir: Path, tmp_path: Path) -> None:
+    config = tiny_mt(iwslt_dir, "train.batch_size=2")
+    with pytest.raises(ValueError, match=r"optim\.accumulate"):
+        train(validate(config), tmp_path / "run", progress=False)
+    config = tiny_mt(iwslt_dir, "train.batch_size=2", "optim.accumulate=2", "train.steps=1",
+                     "train.eval_every=1", "train.bleu_examples=2")  # fmt: skip
+    assert train(validate(config), tmp_path / "run2", progress=False)["steps"] == 1
+
+
 def test_mechanisms_are_chosen_per_attention() -> None:
     config = apply_overrides(
         preset("small", "translation"),
@@ -172,6 +214,9 @@ def test_label_smoothing_is_the_training_loss_only(iwslt_dir: Path, tmp_path: Pa
         (["optim.label_smoothing=1.0"], "label_smoothing"),
         (["train.beam_size=0"], "beam_size"),
         (["attention.decoder=nonexistent"], "nonexistent"),
+        (["data.max_tokens=100"], "at least data.max_len"),
+        (["data.bpe_size=100"], "260"),
+        (["train.bleu_examples=0"], "bleu_examples"),
     ],
 )
 def test_bad_translation_settings_are_refused(overrides: list[str], message: str) -> None:
@@ -184,6 +229,8 @@ def test_translation_fields_are_refused_elsewhere() -> None:
         validate(apply_overrides(preset("small", "listops"), ["data.src=de"]))
     with pytest.raises(ValueError, match=r"attention\.decoder is for task translation"):
         validate(apply_overrides(preset("small", "lm"), ["attention.decoder=softmax"]))
+    with pytest.raises(ValueError, match=r"optim\.label_smoothing is for task translation"):
+        validate(apply_overrides(preset("small", "lm"), ["optim.label_smoothing=0.1"]))
 
 
 def test_bleu_is_sacrebleus_corpus_score() -> None:

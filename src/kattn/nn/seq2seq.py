@@ -195,6 +195,16 @@ class Seq2Seq(nn.Module):
         return [layer for layer in self.layers if isinstance(layer, DecoderLayer)]
 
     @property
+    def max_target_tokens(self) -> int | None:
+        """The most target tokens a decoding may emit before its eos when the decoder reads
+        positions only up to ``max_len`` (learned positions, or a self-attention whose
+        relative encoding has ``max_len`` offsets): ``max_len − 1``; None when unbounded."""
+        bounded = self.position is not None or any(
+            layer.self_attn.attention.limits_length for layer in self.decoder_layers()
+        )
+        return self.max_len - 1 if bounded else None
+
+    @property
     def supports_recurrent(self) -> bool:
         """Whether the decoder's self-attention decodes with a state (else it re-reads)."""
         return all(layer.self_attn.attention.supports_recurrent for layer in self.decoder_layers())

@@ -3,9 +3,10 @@
 Both encode the sources once, then read one target token per step with
 :meth:`~kattn.nn.seq2seq.Seq2Seq.decode_step`. A sentence of ``n`` source tokens (padding not
 counted) gets at most ``⌊max_len_a·n + max_len_b⌋`` target tokens before its end-of-sentence
-token, which is forced at that step. A hypothesis of raw score s (the sum of the log-
-probabilities of its tokens, eos included) and T tokens (eos included) scores ``s / T^α``
-with α the ``length_penalty``, as fairseq's sequence generator.
+token, which is forced at that step — fewer when the model reads positions only up to its
+``max_len`` (:attr:`~kattn.nn.seq2seq.Seq2Seq.max_target_tokens`). A hypothesis of raw
+score s (the sum of the log-probabilities of its tokens, eos included) and T tokens (eos
+included) scores ``s / T^α`` with α the ``length_penalty``, as fairseq's sequence generator.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ if TYPE_CHECKING:
     from .seq2seq import Seq2Seq, Seq2SeqState
 
 
-def _limits(src: Tensor, src_padding_mask: Tensor | None, a: float, b: int) -> list[int]:
-    """Each sentence's largest number of target tokens before eos."""
+def _limits(
+    src: Tensor, src_padding_mask: Tensor | None, a: float, b: int, cap: int | None = None
+) -> list[int]:
+    """Each sentence's largest number of target tokens before eos (at most ``cap``)."""
     lengths = torch.full((src.shape[0],), src.shape[1], device=src.device)
     if src_padding_mask is not None:
         lengths = (~src_padding_mask).sum(dim=1)
     if a < 0:
         raise ValueError(f"max_len_a must be >= 0, got {a!r}")
     int_at_least("max_len_b", b, 0)
-    return [int(a * n + b) for n in lengths.tolist()]
+    limits = [int(a * n + b) for n in lengths.tolist()]
+    return limits if cap is None else [min(n, cap) for n in limits]
 
 
 def _start(model: Seq2Seq, src: Tensor, src_padding_mask: Tensor | None, rows: int) -> Seq2SeqState:
@@ -70,7 +74,7 @@ def greedy_decode(
     Returns the token lists (without bos and eos) and their scores ``(B,)`` (see the module
     docstring). The model runs in eval mode (its mode is restored afterwards).
     """
-    limits = _limits(src, src_padding_mask, max_len_a, max_len_b)
+    limits = _limits(src, src_padding_mask, max_len_a, max_len_b, model.max_target_tokens)
     was_training = model.training
     model.eval()
     try:
@@ -128,7 +132,7 @@ def beam_search(
     ``(B,)``. The model runs in eval mode (its mode is restored afterwards).
     """
     positive_int("beam_size", beam_size)
-    limits = _limits(src, src_padding_mask, max_len_a, max_len_b)
+    limits = _limits(src, src_padding_mask, max_len_a, max_len_b, model.max_target_tokens)
     was_training = model.training
     model.eval()
     try:

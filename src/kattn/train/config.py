@@ -361,3 +361,21 @@ def drop_preset_options(
     for key in dropped:
         del options[key]
     return [f"{key}={json.dumps(preset_options[key])}" for key in dropped]
+
+
+def drop_preset_part_options(
+    config: RunConfig, preset_parts: Mapping[str, Mapping[str, Any]], user_options: Iterable[str]
+) -> list[str]:
+    """As :func:`drop_preset_options` for translation's ``attention.decoder_options`` and
+    ``attention.cross_options`` (``preset_parts``: the preset's, by field name;
+    ``user_options``: ``FIELD.KEY`` names the user set), each against the mechanism it
+    configures (``attention.decoder`` / ``attention.cross``, default ``attention.name``)."""
+    a, given, dropped = config.attention, set(user_options), []
+    for part, mechanism in (("decoder_options", a.decoder), ("cross_options", a.cross)):
+        values = getattr(a, part)
+        foreign = unaccepted_options(mechanism or a.name, {**a.options, **values})
+        for key in foreign:
+            if key in values and key in preset_parts[part] and f"{part}.{key}" not in given:
+                del values[key]
+                dropped.append(f"{part}.{key}={json.dumps(preset_parts[part][key])}")
+    return dropped

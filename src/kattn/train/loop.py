@@ -130,13 +130,20 @@ class _Run:
         self.micro = loop.batch_size // (procs.world_size * config.optim.accumulate)
         kind = objective_class(config.data.task)
         files = run if from_run else None
+        if kind.one_batch_per_micro and self.micro != 1:
+            raise ValueError(
+                f"task {config.data.task}'s examples are batches already (of data.max_tokens "
+                f"tokens): train.batch_size ({loop.batch_size}) must equal the processes "
+                f"({procs.world_size}) times optim.accumulate ({config.optim.accumulate})"
+            )
         if procs.is_main:  # the embedded data is generated once, by the first process
             run.mkdir(parents=True, exist_ok=True)
-            data = kind.load_data(config, files)
+            self.objective = kind(config, kind.load_data(config, files))
+            if not from_run:  # what the others read (a learnt vocabulary), written once
+                self.objective.write_run_files(run)
         procs.barrier()
         if not procs.is_main:
-            data = kind.load_data(config, files)
-        self.objective = kind(config, data)
+            self.objective = kind(config, kind.load_data(config, run))
         torch.manual_seed(loop.seed)
         self.model = self.objective.build_model(config).to(device)
         self.net: nn.Module = self.model
@@ -167,7 +174,6 @@ class _Run:
         elif main:
             save_json(self.run / CONFIG, self.config.to_dict())
             (self.run / METRICS).unlink(missing_ok=True)
-            self.objective.write_run_files(self.run)
         log = MetricsLog(
             self.run if main else None,
             total_steps=loop.steps,

@@ -34,6 +34,8 @@ class Objective(ABC, Generic[D]):
         summary_keys: the results a finished ``kattn train`` prints.
         needs_causal: the task's model attends causally (a mechanism without a causal form
             is refused).
+        one_batch_per_micro: an example is a whole batch (translation's token batches), so
+            each micro-batch must be one example.
     """
 
     task: str
@@ -46,6 +48,7 @@ class Objective(ABC, Generic[D]):
     paper_preset: str
     summary_keys: tuple[str, ...]
     needs_causal: bool = False
+    one_batch_per_micro: bool = False
 
     @staticmethod
     def has_embedded_data(task: str) -> bool:

@@ -41,6 +41,8 @@ def refuse_translation_fields(config: RunConfig) -> None:
     fields = {f"data.{k}": getattr(data, k) for k in ("src", "tgt", "max_tokens", "bpe_size")}
     fields.update({f"attention.{k}": getattr(attention, k) or None
                    for k in ("decoder", "cross", "decoder_options", "cross_options")})  # fmt: skip
+    fields["train.bleu_examples"] = config.train.bleu_examples
+    fields["optim.label_smoothing"] = config.optim.label_smoothing or None
     for key, value in fields.items():
         if value is not None:
             raise ValueError(f"{key} is for task translation, not {data.task}")

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import save_json
-from .config import RunConfig, apply_overrides, drop_preset_options, load_config, preset
+from .config import (
+    RunConfig,
+    apply_overrides,
+    drop_preset_options,
+    drop_preset_part_options,
+    load_config,
+    preset,
+)
 from .loop import evaluate_run
 from .objectives import objective_class
 
@@ -62,6 +69,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, list[str]]:
     the attention options of the preset that the chosen mechanism does not take (left out)."""
     config = _start(options)
     preset_options = dict(config.attention.options)
+    parts = {p: dict(getattr(config.attention, p)) for p in ("decoder_options", "cross_options")}
     if options.data:
         config.data.path = str(Path(options.data))
     if options.block_size is not None:
@@ -88,7 +96,9 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, list[str]]:
     apply_overrides(config, settings)
     prefix = "attention.options."
     given = [item[len(prefix) :].partition("=")[0] for item in settings if item.startswith(prefix)]
-    return config, drop_preset_options(config, preset_options, given)
+    dropped = drop_preset_options(config, preset_options, given)
+    named = [item[len("attention.") :].partition("=")[0] for item in settings]
+    return config, dropped + drop_preset_part_options(config, parts, named)
 
 
 def evaluate_saved_run(

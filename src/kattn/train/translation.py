@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .. import positional
+from ..attention.rpe_options import rpe_option_names
 from ..data.base import PAD_ID
 from ..nn import Seq2Seq
 from ..registry import MECHANISMS
@@ -38,11 +40,14 @@ def attention_plan(config: RunConfig) -> dict[str, Any]:
     """The mechanisms and options of the encoder, decoder and cross-attention (see
     :class:`~kattn.train.config.AttentionConfig`)."""
     a = config.attention
-    cross_default = a.cross is None
     cross = a.cross or a.name
-    cross_options = {**a.options, **a.cross_options}
-    if cross_default and _has_rpe(cross, cross_options):
-        cross_options["rpe"] = None
+    if a.cross is None and "rpe" not in a.cross_options and _rpe(cross, a.options) is not None:
+        # the encoder's encoding and its options stay with the encoder (Luo et al. use none
+        # across source and target positions); an explicit cross_options.rpe is kept
+        inherited = {k: v for k, v in a.options.items() if k not in _encoding_keys(a.options)}
+        cross_options = {**inherited, "rpe": None, **a.cross_options}
+    else:
+        cross_options = {**a.options, **a.cross_options}
     return {
         "encoder_attention": a.name,
         "encoder_options": dict(a.options),
@@ -53,9 +58,18 @@ def attention_plan(config: RunConfig) -> dict[str, Any]:
     }
 
 
-def _has_rpe(name: str, options: dict[str, Any]) -> bool:
+def _rpe(name: str, options: dict[str, Any]) -> Any:
+    """The relative encoding mechanism ``name`` has with ``options`` (None: none)."""
     entry = MECHANISMS.get(name)
-    return {**entry.defaults, **options}.get("rpe") is not None
+    return {**entry.defaults, **options}.get("rpe")
+
+
+def _encoding_keys(options: dict[str, Any]) -> set[str]:
+    """The options that configure a relative encoding (``rpe`` and the encoding's own)."""
+    keys = {"rpe"}
+    for name in positional.available():
+        keys.update(rpe_option_names(name))
+    return keys & set(options)
 
 
 def build_seq2seq(config: RunConfig, vocab_size: int) -> Seq2Seq:
@@ -75,6 +89,24 @@ def build_seq2seq(config: RunConfig, vocab_size: int) -> Seq2Seq:
     )  # fmt: skip
 
 
+def _check_sizes(config: RunConfig) -> None:
+    data, loop = config.data, config.train
+    if data.max_tokens is not None and data.max_tokens < max_len(config):
+        raise ValueError(
+            f"data.max_tokens ({data.max_tokens}) must be at least data.max_len "
+            f"({max_len(config)}): a pair of max_len tokens must fit in a batch"
+        )
+    if data.bpe_size is not None and data.bpe_size < 260:
+        raise ValueError(
+            f"data.bpe_size must hold the 4 special tokens and 256 bytes (≥ 260), got "
+            f"{data.bpe_size}"
+        )
+    if loop.bleu_examples is not None and loop.bleu_examples < 1:
+        raise ValueError(
+            f"train.bleu_examples must be positive (null: every pair), got {loop.bleu_examples}"
+        )
+
+
 def decoding_of(config: RunConfig) -> Decoding:
     loop = config.train
     return Decoding(loop.beam_size, loop.length_penalty, loop.max_len_a, loop.max_len_b)
@@ -91,6 +123,7 @@ class Translation(Objective[TranslationData]):
     """
 
     task = "translation"
+    one_batch_per_micro = True
     best_metric, higher_is_better = "loss", False
     count_key = "tokens"
     shown = ("loss", "accuracy", "tokens_per_s")
@@ -121,6 +154,15 @@ class Translation(Objective[TranslationData]):
         plan = attention_plan(config)
         for key in ("encoder_attention", "decoder_attention", "cross_attention"):
             MECHANISMS.get(plan[key])  # an unknown name raises, naming the registered ones
+        rpe = _rpe(plan["cross_attention"], plan["cross_options"])
+        if rpe is not None:
+            raise ValueError(
+                f"the cross-attention ({plan['cross_attention']}) has a relative positional "
+                f"encoding (rpe={rpe!r}), which step-by-step decoding cannot use (it weights "
+                "keys by the target position), and a translation run ends by decoding: set "
+                "attention.cross_options.rpe=null or choose attention.cross without one"
+            )
+        _check_sizes(config)
         check_bleu_available()
 
     def __init__(self, config: RunConfig, data: TranslationData) -> None:
