@@ -10,7 +10,8 @@ import kattn
 from kattn import functional as lin
 from kattn import positional
 from kattn.aggregator import Aggregator, LinearAggregator
-from kattn.attention.kernelized import KernelizedAttention, aggregator_class
+from kattn.attention.kernelized import KernelizedAttention
+from kattn.attention.rpe_options import aggregator_class
 
 from .helpers import padding_mask, qkv
 

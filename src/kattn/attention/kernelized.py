@@ -25,12 +25,13 @@ from ..features.base import FEATURE_MAPS
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
 from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
 from ..registry import declared_types, keyword_parameters, register_mechanism
-from .base import Attention, sums_in_float32
-from .rpe_options import aggregator_class, build_aggregator, encoding_option_types, rpe_option_names
+from .base import sums_in_float32
+from .encoded import EncodedAttention
+from .rpe_options import build_aggregator, encoding_option_types, rpe_option_names
 from .temperature import head_factor, init_temperature, temperature_repr
 
 
-class KernelizedAttention(Attention):
+class KernelizedAttention(EncodedAttention):
     """Kernelized (linear) attention with a pluggable feature map.
 
     Args:
@@ -150,37 +151,8 @@ class KernelizedAttention(Attention):
         own.update(encoding_option_types(options.get("rpe")))
         return own
 
-    @classmethod
-    def capabilities(cls, **options: Any) -> dict[str, bool]:
-        """The class flags, with ``supports_recurrent`` and ``supports_cross`` those of the
-        aggregator that ``rpe`` (a name, a module or None) gives."""
-        aggregator = aggregator_class(options.get("rpe"))
-        flags = super().capabilities(**options)
-        flags["supports_recurrent"] = bool(aggregator.supports_recurrent)
-        flags["supports_cross"] = bool(aggregator.supports_cross)
-        return flags
-
-    def check_inputs(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        check_length: bool = True,
-    ) -> None:
-        super().check_inputs(
-            q, k, v, causal=causal, key_padding_mask=key_padding_mask, check_length=check_length
-        )
-        if check_length:
-            self.aggregator.check_lengths(q.shape[2], k.shape[2])
-
-    def _why_not(self, capability: str) -> str:
-        if capability == "cross" and not self.aggregator.supports_cross:
-            name = type(self.aggregator).__name__
-            return f": its relative positional encoding ({name}) needs Lq == Lk"
-        return ""
+    def _encoding(self) -> Aggregator:
+        return self.aggregator
 
     # ------------------------------------------------------------------------------ maths
     def features(self, x: Tensor) -> feature_maps.Features:

@@ -25,15 +25,15 @@ from ..functional.softmax import KVCache, softmax_init_state
 from ..functional.softmax_bias import biased_softmax_attention, biased_softmax_prefill
 from ..functional.toeplitz import toeplitz_dense
 from ..registry import check_options, keyword_parameters, register_mechanism
-from .base import Attention
-from .rpe_options import aggregator_class, build_aggregator, encoding_option_types, encoding_options
+from .encoded import EncodedAttention
+from .rpe_options import build_aggregator, encoding_option_types, encoding_options
 from .temperature import head_factor, init_temperature, temperature_repr
 
 #: options of the encodings that only choose how kernelized attention sums its terms
 _KERNELIZED_ONLY = ("rpe_method",)
 
 
-class RelativeSoftmaxAttention(Attention):
+class RelativeSoftmaxAttention(EncodedAttention):
     """Softmax attention with logits ``scale · q·k + b_{j−i}``, or ``τ_h · q̂·k̂ + b_{j−i}`` on
     normalised q and k; the bias is added to the logits before one masked
     ``scaled_dot_product_attention``. Decoding keeps a key/value cache and reads the bias
@@ -110,36 +110,8 @@ class RelativeSoftmaxAttention(Attention):
         own.update(encoding_option_types(options.get("rpe"), exclude=_KERNELIZED_ONLY))
         return own
 
-    @classmethod
-    def capabilities(cls, **options: Any) -> dict[str, bool]:
-        """The class flags, with ``supports_recurrent`` and ``supports_cross`` those of the
-        encoding ``rpe`` (a name, a module or None)."""
-        encoding = aggregator_class(options.get("rpe"))
-        flags = super().capabilities(**options)
-        flags["supports_recurrent"] = bool(encoding.supports_recurrent)
-        flags["supports_cross"] = bool(encoding.supports_cross)
-        return flags
-
-    def check_inputs(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        *,
-        causal: bool,
-        key_padding_mask: Tensor | None,
-        check_length: bool = True,
-    ) -> None:
-        super().check_inputs(
-            q, k, v, causal=causal, key_padding_mask=key_padding_mask, check_length=check_length
-        )
-        if check_length and self.rpe is not None:
-            self.rpe.check_lengths(q.shape[2], k.shape[2])
-
-    def _why_not(self, capability: str) -> str:
-        if capability == "cross" and self.rpe is not None and not self.rpe.supports_cross:
-            return f": its relative positional encoding ({type(self.rpe).__name__}) needs Lq == Lk"
-        return ""
+    def _encoding(self) -> positional.RelativePositionBias | None:
+        return self.rpe
 
     # ----------------------------------------------------------------------------- maths
     def _queries(self, q: Tensor) -> Tensor:
