@@ -65,8 +65,10 @@ def softmax_attention_reference(
     causal: bool = False,
     key_padding_mask: Tensor | None = None,
     scale: float | None = None,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """Slow, explicit softmax attention: the full ``(Lq, Lk)`` weight matrix, then ``@ v``.
+    """Slow, explicit softmax attention: the full ``(Lq, Lk)`` weight matrix (plus ``bias``,
+    broadcast to ``(B, H, Lq, Lk)``, when given), then ``@ v``.
 
     Padded keys and values are zeroed, then their weights set to 0 (see
     :func:`softmax_attention`).
@@ -75,6 +77,8 @@ def softmax_attention_reference(
         k, v = _zero_padded(k, v, key_padding_mask)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     logits = torch.einsum("bhid,bhjd->bhij", q, k) * scale  # (B, H, Lq, Lk)
+    if bias is not None:
+        logits = logits + bias
     allowed = allowed_keys(
         q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
     )

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import allowed_keys
-from .softmax import KVCache
+from .softmax import KVCache, softmax_attention_reference
 
 
 def biased_softmax_attention(
@@ -77,20 +77,9 @@ def biased_softmax_attention_reference(
 ) -> Tensor:
     """Slow, explicit :func:`biased_softmax_attention`: the ``(Lq, Lk)`` logits, the bias
     added, masked entries set to −∞, softmax, then ``@ v`` (rows that see no key give 0)."""
-    if key_padding_mask is not None:
-        k, v = _zero_padded(k, v, key_padding_mask)
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    logits = torch.einsum("bhid,bhjd->bhij", q, k) * scale  # (B, H, Lq, Lk)
-    if bias is not None:
-        logits = logits + bias
-    allowed = allowed_keys(
-        q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
+    return softmax_attention_reference(
+        q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=scale, bias=bias
     )
-    if allowed is None:
-        return torch.softmax(logits, dim=-1) @ v
-    weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
-    weights = torch.where(allowed.any(dim=-1, keepdim=True), weights, 0.0)
-    return weights @ v
 
 
 def biased_softmax_prefill(
