@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import allowed_keys
-from .softmax import KVCache, softmax_attention_reference
+from .softmax import KVCache, _zero_padded, softmax_attention_reference
 
 
 def biased_softmax_attention(
@@ -134,9 +134,3 @@ def _additive_mask(bias: Tensor | None, allowed: Tensor | None, dtype: torch.dty
         return allowed
     bias = bias.to(dtype)
     return bias if allowed is None else bias.masked_fill(~allowed, float("-inf"))
-
-
-def _zero_padded(k: Tensor, v: Tensor, key_padding_mask: Tensor) -> tuple[Tensor, Tensor]:
-    """k and v with the padded positions set to 0 (a NaN there would survive a −∞ logit)."""
-    pad = key_padding_mask[:, None, :, None]  # (B, 1, Lk, 1)
-    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
