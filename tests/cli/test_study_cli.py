@@ -61,8 +61,12 @@ def test_conversion_study_writes_every_seed_and_resumes(iwslt: Path, tmp_path: P
     assert study("conversion", iwslt, out, "--seeds", "2", "--features", "8,16") == 0
     err = capsys.readouterr().err
     assert err.count(": done") == 8 and ": trained" not in err
+    assert err.count("scores reused") == 8  # and nothing is scored twice
     assert {p: p.stat().st_mtime_ns for p in out.glob("*/best.pt")} == stamps
     assert json.loads((out / "study.json").read_text())["records"] == result["records"]
+    # other scoring settings score again
+    assert study("conversion", iwslt, out, "--seeds", "2", "--features", "8") == 0
+    assert "scores reused" not in capsys.readouterr().err
 
 
 def test_feature_dim_and_feature_map_studies(iwslt: Path, tmp_path: Path, capsys):

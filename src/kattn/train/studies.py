@@ -21,6 +21,7 @@ only ``last.pt`` is resumed, so an interrupted study continues where it stopped.
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -199,6 +200,10 @@ def ensure_trained(config: RunConfig, run: Path, progress: bool) -> str:
     return "resumed" if resume else "trained"
 
 
+#: the file of a study's scores in each run folder.
+SCORES = "study-scores.json"
+
+
 def run_study(
     study: str, settings: StudySettings, note: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -259,7 +264,44 @@ def _score(
     base: dict[str, Any],
     say: Callable[[str], None],
 ) -> list[dict[str, Any]]:
-    """The run's records: the trained model, and for ``conversion`` each conversion."""
+    """The run's records: the trained model, and for ``conversion`` each conversion; kept in
+    the run folder (:data:`SCORES`) with what they depend on, and reused when a study with the
+    same scoring settings runs again (an interrupted or extended study does not score twice)."""
+    key = {
+        "study": study, "columns": [c["key"] for c in columns], "sampling": settings.sampling,
+        "bleu_examples": settings.bleu_examples, "beam": decoding.beam_size,
+        "best_pt_mtime_ns": (run / "best.pt").stat().st_mtime_ns,
+    }  # fmt: skip
+    cached = _cached_scores(run, key)
+    if cached is not None:
+        say(f"{run.name}: scores reused ({run / SCORES})")
+        return [{**base, **record} for record in cached]
+    records = _score_now(study, run, settings, decoding, columns, base, say)
+    kept = [{k: v for k, v in r.items() if k not in base} for r in records]
+    save_json(run / SCORES, {"key": key, "records": kept})
+    return records
+
+
+def _cached_scores(run: Path, key: dict[str, Any]) -> list[dict[str, Any]] | None:
+    path = run / SCORES
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return saved["records"] if saved.get("key") == key else None
+
+
+def _score_now(
+    study: str,
+    run: Path,
+    settings: StudySettings,
+    decoding: Decoding,
+    columns: list[dict[str, str]],
+    base: dict[str, Any],
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
     config, data = load_run_data(run)
     device = config.train.device
     model, _, _ = load_trained_model(run, "best", device)
