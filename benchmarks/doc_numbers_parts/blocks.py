@@ -17,6 +17,10 @@ from .sources import (
     RPE,
     RPE_BLOCKED,
     SEQ2SEQ_DECODE,
+    STUDY_CONVERSION,
+    STUDY_FEATURE_DIM,
+    STUDY_FEATURE_MAP,
+    TRANSLATION_RUNS,
     SPARSE,
     SPARSE_LISTOPS_RUNS,
     SPECTRAL,
@@ -51,6 +55,7 @@ from .tables_nystrom import (
 )
 from .tables_sparse import sparse_listops, sparse_speed
 from .tables_translation import translation_decode
+from .tables_translation_runs import study_tables, translation_runs
 
 BLOCKS: list[Block] = [
     Block("README.md", "foundation", (FOUNDATION,), readme_foundation),
@@ -81,4 +86,8 @@ BLOCKS: list[Block] = [
     Block("docs/baselines.md", "baselines-speed", (BASELINES,), baselines_speed),
     Block("docs/baselines.md", "baselines-listops", BASELINE_LISTOPS_RUNS, baselines_listops),
     Block("docs/translation.md", "translation-decode", (SEQ2SEQ_DECODE,), translation_decode),
+    Block("docs/translation.md", "translation-runs", TRANSLATION_RUNS, translation_runs),
+    Block("docs/translation.md", "study-conversion", (STUDY_CONVERSION,), study_tables),
+    Block("docs/translation.md", "study-feature-dim", (STUDY_FEATURE_DIM,), study_tables),
+    Block("docs/translation.md", "study-feature-map", (STUDY_FEATURE_MAP,), study_tables),
 ]  # fmt: skip

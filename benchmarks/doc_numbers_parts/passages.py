@@ -84,4 +84,6 @@ NOT_MEASURED: list[NotMeasured] = [
     N("docs/api.md", "Vyas et al. 2020 §3.2–3.3", False, "a section of a paper"),
     N("docs/api.md", "Peng et al. 2021 §3.3", False, "a section of a paper"),
     N("docs/sparse.md", "(standard error about 1.1 points)", False, "arithmetic: √(0.4·0.6/2000)"),
+    N("docs/translation.md", "mean ± 95% confidence interval over the seeds", False,
+      "what a study reports"),
 ]  # fmt: skip

@@ -34,6 +34,13 @@ SPARSE_LISTOPS_RUNS = tuple(
 )
 BASELINES = f"{R}/baselines-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
 SEQ2SEQ_DECODE = f"{R}/seq2seq-decode-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
+TRANSLATION_RUNS = tuple(
+    f"{R}/translation/{name}/results.json"
+    for name in ("softmax", "performer-decoder", "performer", "nprf_rpe")
+)
+STUDY_CONVERSION = f"{R}/translation/study-conversion/study.json"
+STUDY_FEATURE_DIM = f"{R}/translation/study-feature-dim/study.json"
+STUDY_FEATURE_MAP = f"{R}/translation/study-feature-map/study.json"
 BASELINE_NAMES = ("reformer", "smyrf", "clustered", "improved_clustered", "sinkhorn",
                   "synthesizer", "informer", "rfa_gate")  # fmt: skip
 BASELINE_LISTOPS_RUNS = tuple(f"{R}/listops-baselines/{n}/results.json" for n in BASELINE_NAMES)
