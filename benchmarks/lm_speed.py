@@ -25,11 +25,9 @@ Results go to ``benchmarks/results/lm-<machine>-torch<version>-kattn<version>.{j
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +37,7 @@ from torch import Tensor, nn
 
 from kattn.attention.softmax import KVCache
 from kattn.bench import machine_info, measure_time, results_stem, write_results
+from kattn.bench.timing import tensors_in
 from kattn.nn import CausalLM
 from lm_speed_report import CEILING, render
 
@@ -102,26 +101,12 @@ def check_decoding(models: dict[str, CausalLM], prompt: int = 24, steps: int = 8
     return errors
 
 
-def _tensors(obj: Any) -> Iterator[Tensor]:
-    if isinstance(obj, Tensor):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for x in obj:
-            yield from _tensors(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from _tensors(x)
-    elif dataclasses.is_dataclass(obj):
-        for f in dataclasses.fields(obj):
-            yield from _tensors(getattr(obj, f.name))
-
-
 def state_bytes(state: Any) -> tuple[int, int]:
     """Bytes of a decoding state: (filled, allocated); they differ for a key/value cache only,
     whose buffers have spare capacity beyond its ``length``."""
     filled = allocated = 0
     for layer in state.layers:
-        size = sum(t.numel() * t.element_size() for t in _tensors(layer))
+        size = sum(t.numel() * t.element_size() for t in tensors_in(layer))
         allocated += size
         if isinstance(layer, KVCache):
             used = (layer.keys[:, :, : layer.length], layer.values[:, :, : layer.length])

@@ -5,38 +5,16 @@ Imported by that script, which Python runs with this folder on its path.
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
-from collections.abc import Iterator
 from typing import Any
 
-from torch import Tensor
-
+from kattn.bench.timing import tensor_bytes
 from kattn.functional.softmax import KVCache
 
 SOFTMAX = "softmax"
 #: the timed quantities of one run, per token or per source
 TIMES = ("encode_seconds", "cross_cache_seconds", "first_seconds", "last_seconds", "all_seconds")
 SIZES = ("state_bytes", "state_bytes_allocated", "self_state_bytes", "cross_cache_bytes")
-
-
-def _tensors(obj: Any) -> Iterator[Tensor]:
-    if isinstance(obj, Tensor):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for x in obj:
-            yield from _tensors(x)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            yield from _tensors(x)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from _tensors(getattr(obj, f.name))
-
-
-def tensor_bytes(obj: Any) -> int:
-    """Bytes of every tensor in ``obj`` (nested tuples, lists, dicts, dataclasses)."""
-    return sum(t.numel() * t.element_size() for t in _tensors(obj))
 
 
 def _filled_bytes(layer_state: Any) -> int:

@@ -6,13 +6,14 @@ allocator's peak on GPU and the peak of tracked tensor allocations (PyTorch prof
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
 import re
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -70,6 +71,27 @@ def peak_memory_bytes(fn: Callable[[], Any], *, device: torch.device | str = "cp
         torch.cuda.synchronize(dev)
         return int(torch.cuda.max_memory_allocated(dev) - base)
     return _cpu_peak_bytes(fn)
+
+
+def tensors_in(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor inside ``obj`` (nested tuples, lists, dicts and dataclasses, such as a
+    decoding state)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            yield from tensors_in(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from tensors_in(x)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from tensors_in(getattr(obj, f.name))
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of every tensor in ``obj`` (:func:`tensors_in`)."""
+    return sum(t.numel() * t.element_size() for t in tensors_in(obj))
 
 
 def _cpu_peak_bytes(fn: Callable[[], Any]) -> int:
