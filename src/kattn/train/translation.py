@@ -42,8 +42,8 @@ def attention_plan(config: RunConfig) -> dict[str, Any]:
     a = config.attention
     cross = a.cross or a.name
     if a.cross is None and "rpe" not in a.cross_options and _rpe(cross, a.options) is not None:
-        # the encoder's encoding and its options stay with the encoder (Luo et al. use none
-        # across source and target positions); an explicit cross_options.rpe is kept
+        # the encoder's encoding and its options stay with the encoder (source and target
+        # positions are not on one axis); an explicit cross_options.rpe is kept
         inherited = {k: v for k, v in a.options.items() if k not in _encoding_keys(a.options)}
         cross_options = {**inherited, "rpe": None, **a.cross_options}
     else:
