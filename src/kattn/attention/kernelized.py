@@ -16,22 +16,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import features as feature_maps
 from .. import functional as lin
 from .. import positional
 from ..aggregator import Aggregator, LinearAggregator
-from ..checks import positive_float_or_none, positive_int
-from ..features.base import FEATURE_MAPS
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
-from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
-from ..registry import declared_types, keyword_parameters, register_mechanism
+from ..functional.numerics import log_floor
+from ..registry import register_mechanism
 from .base import sums_in_float32
 from .encoded import EncodedAttention
+from .feature_attention import FeatureMapAttention
 from .rpe_options import build_aggregator, encoding_option_types, rpe_option_names
 from .temperature import head_factor, init_temperature, temperature_repr
 
 
-class KernelizedAttention(EncodedAttention):
+class KernelizedAttention(EncodedAttention, FeatureMapAttention):
     """Kernelized (linear) attention with a pluggable feature map.
 
     Args:
@@ -86,18 +84,10 @@ class KernelizedAttention(EncodedAttention):
         # An encoding is the submodule ``rpe`` (its state_dict keys and the public attribute);
         # the plain aggregator has no parameters and is not registered (see ``aggregator``).
         self.rpe = aggregator if isinstance(aggregator, positional.RelativePositionBias) else None
-        if not isinstance(feature_map, str):
-            raise TypeError(
-                f"feature_map must be a registered name (str), got {type(feature_map).__name__}"
-            )
-        positive_float_or_none("scale", scale)
-        positive_int("chunk_size", chunk_size)
-        positive_int("block_size", block_size)
-        positive_float_or_none("eps", eps)
-        self.feature_map = feature_maps.build(
-            feature_map, head_dim=head_dim, num_heads=num_heads, **options
-        )
-        self.feature_map_name = feature_map
+        self._build_feature_map(
+            feature_map, scale=scale, eps=eps, chunk_size=chunk_size, block_size=block_size,
+            normalized=normalize_qk, options=options,
+        )  # fmt: skip
         self.normalize_qk = normalize_qk
         init_temperature(
             self,
@@ -106,16 +96,6 @@ class KernelizedAttention(EncodedAttention):
             learn_temperature=learn_temperature,
             normalize_qk=normalize_qk,
         )
-        if scale is None:
-            fm = self.feature_map
-            softmax_like = (fm.softmax_scaling or fm.approximates_softmax) and not self.normalize_qk
-            scale = head_dim**-0.5 if softmax_like else 1.0
-        self.scale = float(scale)
-        self.chunk_size = chunk_size
-        self.block_size = block_size
-        if eps is None:
-            eps = POSITIVE_EPS if self.feature_map.positive else DEFAULT_EPS
-        self.eps = float(eps)
         self._set_capabilities(rpe=aggregator)
         self.limits_length = aggregator.needs_max_len
 
@@ -132,10 +112,7 @@ class KernelizedAttention(EncodedAttention):
 
     @classmethod
     def option_names(cls, options: Mapping[str, Any]) -> list[str]:
-        own = keyword_parameters(cls.__init__, exclude=("head_dim", "num_heads", "max_len"))
-        name = options.get("feature_map", "elu")
-        if isinstance(name, str) and name in feature_maps.available():
-            own = own + feature_maps.option_names(name)
+        own = super().option_names(options)
         rpe = options.get("rpe")
         if isinstance(rpe, str) and rpe in positional.available():
             own = own + list(rpe_option_names(rpe))
@@ -144,10 +121,6 @@ class KernelizedAttention(EncodedAttention):
     @classmethod
     def option_types(cls, options: Mapping[str, Any]) -> dict[str, Any]:
         own = super().option_types(options)
-        name = options.get("feature_map", "elu")
-        if isinstance(name, str) and name in feature_maps.available():
-            fm_cls = FEATURE_MAPS.get(name).cls
-            own.update(declared_types(fm_cls.__init__, exclude=("head_dim", "num_heads")))
         own.update(encoding_option_types(options.get("rpe")))
         return own
 
@@ -155,20 +128,9 @@ class KernelizedAttention(EncodedAttention):
         return self.aggregator
 
     # ------------------------------------------------------------------------------ maths
-    def features(self, x: Tensor) -> feature_maps.Features:
-        """φ of keys (or queries) ``(B, H, L, D)``, computed in fp32 (fp64 stays fp64; autocast
-        is off inside, so phases and exponents are never computed in half precision)."""
-        with autocast_off(x):
-            return self.feature_map(self._prepare(x), self.scale)
-
-    def query_features(self, x: Tensor) -> Tensor:
-        """φ of queries up to a positive factor per row (it cancels in the ratio)."""
-        with autocast_off(x):
-            return self.feature_map.query_values(self._prepare(x), self.scale)
-
     def _prepare(self, x: Tensor) -> Tensor:
         """x in the accumulation dtype; normalised, and times ``√τ_h``, with ``normalize_qk``."""
-        x = x.to(lin.accumulation_dtype(x.dtype))
+        x = super()._prepare(x)
         if not self.normalize_qk:
             return x
         x = F.normalize(x, dim=-1)
@@ -258,9 +220,6 @@ class KernelizedAttention(EncodedAttention):
             block_size=self.block_size,
             eps=self.eps,
         )
-
-    def regularization_loss(self) -> Tensor:
-        return self.feature_map.regularization_loss()
 
     def extra_repr(self) -> str:
         return (

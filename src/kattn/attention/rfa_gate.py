@@ -11,16 +11,12 @@ is the paper's gate with ``w_x = W_kᵀ w``, restricted to the key's subspace). 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .. import features as feature_maps
 from .. import functional as lin
-from ..checks import positive_float_or_none, positive_int
-from ..features.base import FEATURE_MAPS
 from ..functional.gated_linear import (
     gated_linear_attention,
     gated_linear_attention_prefill,
@@ -28,12 +24,13 @@ from ..functional.gated_linear import (
     gated_log_weights,
 )
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE, LinearState
-from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
-from ..registry import declared_types, keyword_parameters, register_mechanism
-from .base import Attention, sums_in_float32
+from ..functional.numerics import log_floor
+from ..registry import register_mechanism
+from .base import sums_in_float32
+from .feature_attention import FeatureMapAttention
 
 
-class GatedRandomFeatureAttention(Attention):
+class GatedRandomFeatureAttention(FeatureMapAttention):
     """RFA-Gate: random feature attention with a learned forget gate per token and head.
 
     Causal attention is the paper's recurrence, computed chunkwise in parallel for training
@@ -60,6 +57,7 @@ class GatedRandomFeatureAttention(Attention):
 
     supports_cross = False
     supports_recurrent = True
+    default_feature_map = "trf"
     gate_weight: nn.Parameter
     gate_bias: nn.Parameter
 
@@ -79,49 +77,15 @@ class GatedRandomFeatureAttention(Attention):
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
         self._check_option_types(scale=scale, eps=eps, gate_bias=gate_bias)
-        if not isinstance(feature_map, str):
-            raise TypeError(
-                f"feature_map must be a registered name (str), got {type(feature_map).__name__}"
-            )
-        positive_float_or_none("scale", scale)
-        positive_int("chunk_size", chunk_size)
-        positive_int("block_size", block_size)
-        positive_float_or_none("eps", eps)
         if not math.isfinite(gate_bias):
             raise ValueError(f"gate_bias must be finite, got {gate_bias!r}")
-        self.feature_map = feature_maps.build(
-            feature_map, head_dim=head_dim, num_heads=num_heads, **options
-        )
-        self.feature_map_name = feature_map
-        if scale is None:
-            fm = self.feature_map
-            scale = head_dim**-0.5 if fm.softmax_scaling or fm.approximates_softmax else 1.0
-        self.scale = float(scale)
+        self._build_feature_map(
+            feature_map, scale=scale, eps=eps, chunk_size=chunk_size, block_size=block_size,
+            options=options,
+        )  # fmt: skip
         bound = math.sqrt(6.0 / (head_dim + 1))  # Xavier-uniform of a (D → 1) projection
         self.gate_weight = nn.Parameter(torch.empty(num_heads, head_dim).uniform_(-bound, bound))
         self.gate_bias = nn.Parameter(torch.full((num_heads,), float(gate_bias)))
-        self.chunk_size = chunk_size
-        self.block_size = block_size
-        if eps is None:
-            eps = POSITIVE_EPS if self.feature_map.positive else DEFAULT_EPS
-        self.eps = float(eps)
-
-    @classmethod
-    def option_names(cls, options: Mapping[str, Any]) -> list[str]:
-        own = keyword_parameters(cls.__init__, exclude=("head_dim", "num_heads", "max_len"))
-        name = options.get("feature_map", "trf")
-        if isinstance(name, str) and name in feature_maps.available():
-            own = own + feature_maps.option_names(name)
-        return own
-
-    @classmethod
-    def option_types(cls, options: Mapping[str, Any]) -> dict[str, Any]:
-        own = super().option_types(options)
-        name = options.get("feature_map", "trf")
-        if isinstance(name, str) and name in feature_maps.available():
-            fm_cls = FEATURE_MAPS.get(name).cls
-            own.update(declared_types(fm_cls.__init__, exclude=("head_dim", "num_heads")))
-        return own
 
     def _why_not(self, capability: str) -> str:
         if capability == "cross":
@@ -137,16 +101,6 @@ class GatedRandomFeatureAttention(Attention):
         k = k.to(lin.accumulation_dtype(k.dtype))
         w = self.gate_weight.to(k.dtype)
         return (k @ w[:, :, None])[..., 0] + self.gate_bias.to(k.dtype)[:, None]
-
-    def features(self, x: Tensor) -> feature_maps.Features:
-        """φ of keys ``(B, H, L, D)`` in the accumulation dtype (autocast off inside)."""
-        with autocast_off(x):
-            return self.feature_map(x.to(lin.accumulation_dtype(x.dtype)), self.scale)
-
-    def query_features(self, x: Tensor) -> Tensor:
-        """φ of queries up to a positive factor per row (it cancels in the ratio)."""
-        with autocast_off(x):
-            return self.feature_map.query_values(x.to(lin.accumulation_dtype(x.dtype)), self.scale)
 
     @sums_in_float32
     def _attend(
@@ -238,9 +192,6 @@ class GatedRandomFeatureAttention(Attention):
             block_size=self.block_size,
             eps=self.eps,
         )
-
-    def regularization_loss(self) -> Tensor:
-        return self.feature_map.regularization_loss()
 
     def extra_repr(self) -> str:
         return (
