@@ -21,7 +21,7 @@ from kattn.functional import (
     informer_sparsity,
 )
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, assert_half_mostly_close, grads, padding_mask, qkv
 
 H, D = 2, 16
 
@@ -212,16 +212,8 @@ def test_masked_form_reads_only_earlier_values_but_its_selection_sees_later_quer
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_is_finite_and_close(dtype):
-    attn = _build(factor=2).float()
-    q, k, v = (x.to(dtype) for x in qkv(2, H, 70, scale=3.0))
-    mask = padding_mask(2, 70, (0, 13))
-    out = attn(q, k, v, key_padding_mask=mask)
-    ref = attn(q.float(), k.float(), v.float(), key_padding_mask=mask)
-    assert out.dtype == dtype and torch.isfinite(out).all()
     # rounding may swap queries of nearly equal M̄ in and out of the top: compare the rest
-    keep = (out.float() - ref).abs().amax(-1) < 0.1
-    assert keep.float().mean() > 0.9
-    assert_close(out.float()[keep], ref[keep], dtype)
+    assert_half_mostly_close(_build(factor=2).float(), dtype, H)
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from kattn.functional import (
     smyrf_transform,
 )
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, assert_half_mostly_close, grads, padding_mask, qkv
 
 H, D = 2, 16
 
@@ -248,16 +248,8 @@ def test_causal_is_refused_with_a_reason():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_is_finite_and_close(dtype):
-    attn = _build(cluster_size=8).float()
-    q, k, v = (x.to(dtype) for x in qkv(2, H, 70, scale=3.0))
-    mask = padding_mask(2, 70, (0, 13))
-    out = attn(q, k, v, key_padding_mask=mask)
-    ref = attn(q.float(), k.float(), v.float(), key_padding_mask=mask)
-    assert out.dtype == dtype and torch.isfinite(out).all()
     # rounding q and k can swap hash neighbours, so compare where the orders agree
-    keep = (out.float() - ref).abs().amax(-1) < 0.1
-    assert keep.float().mean() > 0.9
-    assert_close(out.float()[keep], ref[keep], dtype)
+    assert_half_mostly_close(_build(cluster_size=8).float(), dtype, H)
 
 
 def test_functional_checks_the_projections():
