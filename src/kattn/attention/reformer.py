@@ -151,14 +151,7 @@ class ReformerAttention(SeededDraws, Attention):
         the number of buckets of a call on ``length`` tokens."""
         nb = self.buckets(length)
         shape = (self.num_heads, self.head_dim, self.num_hashes, nb // 2)
-        return self._drawn(
-            (nb,),
-            draw,
-            device,
-            lambda generator: torch.randn(shape, generator=generator, dtype=torch.float64).to(
-                device
-            ),
-        )
+        return self._drawn_normal(shape, (nb,), draw, device)
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, TypeVar
 
 import torch
+from torch import Tensor
 
 from ..checks import int_at_least
 from ..features.base import in_backward
@@ -87,6 +88,20 @@ class SeededDraws:
             self._eval_draws[cache_key] = make(self._generator(0, *key))
         result: _T = self._eval_draws[cache_key]
         return result
+
+    def _drawn_normal(
+        self, shape: tuple[int, ...], key: tuple[int, ...], draw: int, device: Any
+    ) -> Tensor:
+        """:meth:`_drawn` of i.i.d. N(0, 1) entries of ``shape``, drawn in float64 on the CPU
+        (the same numbers on every device) and moved to ``device``."""
+        return self._drawn(
+            key,
+            draw,
+            device,
+            lambda generator: torch.randn(shape, generator=generator, dtype=torch.float64).to(
+                device
+            ),
+        )
 
     def get_extra_state(self) -> dict[str, int]:
         """The seed and the number of training draws: a reloaded module has the same eval

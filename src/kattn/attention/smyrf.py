@@ -102,14 +102,7 @@ class SmyrfAttention(SeededDraws, Attention):
     def _projections(self, draw: int, device: Any) -> Tensor:
         """Draw ``draw`` (0 for eval, 1, 2, … in training) of i.i.d. N(0, 1) directions."""
         shape = (self.num_hashes, self.head_dim + 2)
-        return self._drawn(
-            (),
-            draw,
-            device,
-            lambda generator: torch.randn(shape, generator=generator, dtype=torch.float64).to(
-                device
-            ),
-        )
+        return self._drawn_normal(shape, (), draw, device)
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:
