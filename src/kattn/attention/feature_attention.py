@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from .. import features as feature_maps
 from .. import functional as lin
 from ..checks import positive_float_or_none, positive_int
 from ..features.base import FEATURE_MAPS
-from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off
+from ..functional.numerics import DEFAULT_EPS, POSITIVE_EPS, autocast_off, log_floor
 from ..registry import declared_types, keyword_parameters
 from .base import Attention
 
@@ -95,6 +96,34 @@ class FeatureMapAttention(Attention):
         """φ of queries up to a positive factor per row (it cancels in the ratio)."""
         with autocast_off(x):
             return self.feature_map.query_values(self._prepare(x), self.scale)
+
+    def _weighted_reference(
+        self,
+        fq: Tensor,
+        fk: feature_maps.Features,
+        v: Tensor,
+        log_w: Tensor,
+        *,
+        causal: bool,
+        key_padding_mask: Tensor | None,
+    ) -> Tensor:
+        """The dense reference ``(W ⊙ φ̃(Q)φ̃(K)ᵀ) V`` normalised row-wise, from the log of
+        the pair weights ``log_w`` ``(…, Lq, Lk)`` before the keys' log-scales s: ``W_ij =
+        exp(log_w_ij + s_j − m_i)``, masked keys left out, m_i the row's largest visible
+        exponent (it cancels in the ratio and puts ``eps`` in the units of the fast paths)."""
+        if fk.log_scale is not None:
+            log_w = log_w + fk.log_scale[:, :, None, :]  # (B, H, Lq, Lk)
+        allowed = lin.allowed_keys(
+            fq.shape[2], fk.values.shape[2], causal=causal, key_padding_mask=key_padding_mask,
+            device=fq.device,
+        )  # fmt: skip
+        if allowed is not None:
+            log_w = log_w.masked_fill(~allowed, log_floor(log_w.dtype))
+        weights = torch.exp(log_w - log_w.detach().amax(dim=-1, keepdim=True))
+        return lin.linear_attention_reference(
+            fq, fk.values, v, causal=causal, key_padding_mask=key_padding_mask, coeff=weights,
+            eps=self.eps,
+        )  # fmt: skip
 
     def regularization_loss(self) -> Tensor:
         return self.feature_map.regularization_loss()

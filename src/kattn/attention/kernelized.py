@@ -16,11 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .. import functional as lin
 from .. import positional
 from ..aggregator import Aggregator, LinearAggregator
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
-from ..functional.numerics import log_floor
 from ..registry import register_mechanism
 from .base import sums_in_float32
 from .encoded import EncodedAttention
@@ -178,22 +176,8 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
         log_c = self.aggregator.dense_log(lq, lk)  # (H, Lq, Lk), None when every c is 1
         if log_c is not None:
             log_w = log_w + log_c.to(acc)
-        if fk.log_scale is not None:
-            log_w = log_w + fk.log_scale[:, :, None, :]  # (B, H, Lq, Lk)
-        allowed = lin.allowed_keys(
-            lq, lk, causal=causal, key_padding_mask=key_padding_mask, device=q.device
-        )
-        if allowed is not None:
-            log_w = log_w.masked_fill(~allowed, log_floor(acc))
-        weights = torch.exp(log_w - log_w.detach().amax(dim=-1, keepdim=True))
-        return lin.linear_attention_reference(
-            fq,
-            fk.values,
-            v,
-            causal=causal,
-            key_padding_mask=key_padding_mask,
-            coeff=weights,
-            eps=self.eps,
+        return self._weighted_reference(
+            fq, fk, v, log_w, causal=causal, key_padding_mask=key_padding_mask
         )
 
     def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> Any:

@@ -24,7 +24,6 @@ from ..functional.gated_linear import (
     gated_log_weights,
 )
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE, LinearState
-from ..functional.numerics import log_floor
 from ..registry import register_mechanism
 from .base import sums_in_float32
 from .feature_attention import FeatureMapAttention
@@ -137,23 +136,8 @@ class GatedRandomFeatureAttention(FeatureMapAttention):
         log_w = gated_log_weights(
             self.gate_logits(k), causal=causal, key_padding_mask=key_padding_mask
         )
-        if fk.log_scale is not None:
-            log_w = log_w + fk.log_scale[:, :, None, :]
-        allowed = lin.allowed_keys(
-            q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask,
-            device=q.device,
-        )  # fmt: skip
-        if allowed is not None:
-            log_w = log_w.masked_fill(~allowed, log_floor(log_w.dtype))
-        weights = torch.exp(log_w - log_w.detach().amax(dim=-1, keepdim=True))
-        return lin.linear_attention_reference(
-            fq,
-            fk.values,
-            v,
-            causal=causal,
-            key_padding_mask=key_padding_mask,
-            coeff=weights,
-            eps=self.eps,
+        return self._weighted_reference(
+            fq, fk, v, log_w, causal=causal, key_padding_mask=key_padding_mask
         )
 
     def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> LinearState:
