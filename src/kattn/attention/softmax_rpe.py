@@ -20,8 +20,7 @@ from torch import Tensor
 
 from .. import positional
 from ..checks import positive_float_or_none
-from ..functional.masks import allowed_keys
-from ..functional.softmax import KVCache, softmax_init_state
+from ..functional.softmax import KVCache, softmax_attention_reference, softmax_init_state
 from ..functional.softmax_bias import biased_softmax_attention, biased_softmax_prefill
 from ..functional.toeplitz import toeplitz_dense
 from ..registry import check_options, keyword_parameters, register_mechanism
@@ -149,25 +148,18 @@ class RelativeSoftmaxAttention(EncodedAttention):
         """The logits written out: ``scale · τ_h · q̂·k̂ + b_{j−i}`` (q and k normalised only
         with ``normalize_qk``), −∞ where a key is hidden, softmax, ``@ v``; rows that see no
         key give 0."""
-        if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, :, None]
-            k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
         if self.normalize_qk:
             q = q / q.norm(dim=-1, keepdim=True).clamp_min(1e-12)
             k = k / k.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-        logits = torch.einsum("bhid,bhjd->bhij", q, k) * self.scale  # (B, H, Lq, Lk)
+        q = q * self.scale
         if self.log_temperature is not None:
-            logits = logits * torch.exp(self.log_temperature).to(q.dtype)[:, None, None]
+            q = q * torch.exp(self.log_temperature).to(q.dtype)[:, None, None]
+        bias = None
         if self.rpe is not None:
-            logits = logits + self.rpe.dense_log(q.shape[2], k.shape[2]).to(q.dtype)
-        allowed = allowed_keys(
-            q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask,
-            device=q.device,
-        )  # fmt: skip
-        if allowed is None:
-            return torch.softmax(logits, dim=-1) @ v
-        weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
-        return torch.where(allowed.any(dim=-1, keepdim=True), weights, 0.0) @ v
+            bias = self.rpe.dense_log(q.shape[2], k.shape[2]).to(q.dtype)
+        return softmax_attention_reference(
+            q, k, v, causal=causal, key_padding_mask=key_padding_mask, scale=1.0, bias=bias
+        )
 
     # ------------------------------------------------------------------------ decoding
     def _init_state(self, batch_size: int, *, device: Any, dtype: torch.dtype) -> KVCache:
