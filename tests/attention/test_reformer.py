@@ -15,6 +15,7 @@ from kattn.functional import (
     lsh_buckets,
     reformer_attention,
     reformer_attention_reference,
+    reformer_chunks,
     reformer_num_buckets,
 )
 
@@ -122,11 +123,16 @@ def test_the_reference_is_the_papers_rule_pair_by_pair(mode):
     assert_close(ref, brute)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("mode", list(MODES))
-def test_the_chunked_path_equals_the_reference(mode, causal):
+def test_the_chunked_path_equals_the_reference(mode, causal, split, monkeypatch):
     """L = 61 with chunks of 4 (a partial last chunk), 3 rounds, padding with NaN and inf in
-    the padded keys and values; forward and every gradient."""
+    the padded keys and values; forward and every gradient. ``split``: one (batch, head)
+    sequence per slice and one block per group, so that slices and groups have boundaries."""
+    if split:
+        monkeypatch.setattr(reformer_chunks, "_SLICE_ROWS", 1)
+        monkeypatch.setattr(reformer_chunks, "_CHUNK_ELEMENTS", 1)
     shared_qk, across = MODES[mode]
     q, k, v = qkv(2, H, 61, dv=5, requires_grad=True)
     pad = padding_mask(2, 61, (0, 13))

@@ -54,7 +54,7 @@ non-causal form. Keys of other buckets never count (``attend_across_buckets`` co
 non-causal form only), the rounds are merged and the self rule applied as above, and padded
 positions read and count nowhere. The fast path cuts the real queries, in sorted order,
 into blocks of at most m whose keys all lie in three consecutive key chunks
-(:func:`kattn.functional.reformer_chunks.causal_layout`).
+(:func:`kattn.functional.reformer_patterns.causal_layout`).
 
 Shapes: B batch, H heads, L length, D head dim, Dv value dim, R rounds, nb buckets, m the
 chunk length, nc = ⌈L/m⌉ chunks per round.
@@ -70,7 +70,8 @@ from torch import Tensor
 from ..checks import positive_int
 from .lsh import dense_rank, lsh_buckets, reformer_num_buckets, sorted_order
 from .numerics import accumulation_dtype, autocast_off
-from .reformer_chunks import ChunkAttention, ChunkPlan, causal_layout, chunk_mask
+from .reformer_chunks import ChunkAttention, ChunkPlan
+from .reformer_patterns import causal_layout, chunk_mask
 
 __all__ = [
     "lsh_buckets",
@@ -94,14 +95,15 @@ def reformer_attention(
     scale: float | None = None,
 ) -> Tensor:
     """Multi-round LSH attention (module docstring), in O(R·(L·log L + L·nb·D +
-    L·m·(D + Dv))) time and O(R·L·(m + Dv)) memory (a bool per score, the rounds' outputs).
+    L·m·(D + Dv))) time and O(R·L·m + L·(D + Dv)) memory (a bool per score, one round's
+    sorted rows).
 
-    Per round: hash, argsort by bucket and position (padded positions last), and attend from
-    each chunk of the sorted order to ``[previous chunk, own chunk]``: the rows are gathered
-    a group of chunks at a time straight from q, k and v (no sorted copies), the per-token
-    rules are one bool mask built from the sorted positions, and each output row is written
-    back to its original position; the backward recomputes each group's softmax and adds the
-    gradients into the unsorted rows. The rounds are merged by their log-sum-exp.
+    Per round: hash, argsort by bucket and position (padded positions last), gather q, k and
+    v once into the sorted order, and attend from each chunk to ``[previous chunk, own
+    chunk]`` (a strided view of the sorted keys); the per-token rules are one bool mask built
+    from the sorted positions. Each round's outputs go back to their original positions and
+    are merged with the earlier rounds' by log-sum-exp; the backward recomputes each chunk's
+    probabilities from the merged log-sum-exp and adds the gradients into the unsorted rows.
 
     Args:
         q: ``(B, H, L, D)``; k: ``(B, H, L, D)`` (not read when ``shared_qk``);
@@ -145,18 +147,13 @@ def reformer_attention(
         else:
             allowed = chunk_mask(order_q, order_k, hashes_q, hashes_k, pad, m, across)
             plan = ChunkPlan(order_q, order_k, allowed, length, m, scale)
-        out_r, lse_r = ChunkAttention.apply(  # (B, H, R, L, Dv), (B, H, R, L)
+        del allowed  # the plan keeps its own (negated) copy
+        out, lse = ChunkAttention.apply(  # (B, H, L, Dv), (B, H, L): the rounds merged
             q.to(acc), _unit(q.to(acc)) if shared_qk else k.to(acc), v.to(acc), plan
         )
-        top = lse_r.detach().amax(dim=2, keepdim=True)
-        top = torch.where(torch.isfinite(top), top, 0.0)
-        weights = torch.exp(lse_r - top)  # the rounds' weights exp(lse_r − lse), 0 if empty
-        total = weights.sum(dim=2, keepdim=True)
-        weights = weights / torch.where(total > 0, total, 1.0)
-        out = (out_r * weights[..., None]).sum(dim=2)  # (B, H, L, Dv)
-        empty = (total.squeeze(2) == 0).nonzero(as_tuple=True)
+        empty = torch.isinf(lse).nonzero(as_tuple=True)
         if empty[0].numel():  # no round reads a key (e.g. the first causal token): own value
-            out = out.index_put_(empty, v[empty].to(out.dtype))
+            out = out.index_put(empty, v[empty].to(out.dtype))
     return out.to(q.dtype)
 
 

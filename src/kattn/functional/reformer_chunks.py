@@ -1,12 +1,20 @@
 """The chunked pass of Reformer LSH attention (Kitaev, Kaiser and Levskaya, "Reformer: The
-Efficient Transformer", ICLR 2020, §2 and App. A): which key slot each query slot of a sorted
-chunk may read (:func:`chunk_mask`), and the softmax of each chunk over [previous chunk, own
-chunk] gathered straight from the unsorted q, k, v with a recomputing backward
-(:class:`ChunkAttention` on a :class:`ChunkPlan`). Used by
-:func:`kattn.functional.reformer_attention`.
+Efficient Transformer", ICLR 2020, §2 and App. A): the softmax of each block of sorted query
+slots over its window of key chunks, the rounds merged into one softmax over the union of
+their (disjoint) key sets, with a recomputing backward (:class:`ChunkAttention` on a
+:class:`ChunkPlan`). Which slots may be read comes from :mod:`kattn.functional.reformer_patterns`.
+Used by :func:`kattn.functional.reformer_attention`.
+
+Round by round and a slice of (batch, head) sequences at a time, q, k and v are gathered
+once into the sorted order; a block's keys are then a window of consecutive key chunks: a
+strided view of the sorted keys when every block reads the chunk before it and its own (the
+non-causal form, no copy), otherwise its ``span`` chunks gathered whole. The slice's outputs
+(and in the backward its gradients) go back to the original positions by gathering with the
+inverse orders, and the rounds are merged by their log-sum-exp as they arrive, so beyond
+the per-score masks only O(L·(D + Dv)) is held.
 
 Shapes: B batch, H heads, L length, D head dim, Dv value dim, R rounds, m the chunk length,
-nc = ⌈L/m⌉ chunks per round, Lp = nc·m.
+NB blocks of m query slots per (batch, head, round), Lq = NB·m, S = span·m key slots per block.
 """
 
 from __future__ import annotations
@@ -20,26 +28,35 @@ from torch.autograd.function import once_differentiable
 
 from .lsh import slots
 
-__all__ = ["ChunkAttention", "ChunkPlan", "causal_key_ranges", "causal_layout", "chunk_mask"]
+__all__ = ["ChunkAttention", "ChunkPlan"]
 
-#: score elements computed at once (the chunks are processed in groups of about this size).
+#: score elements computed at once (the blocks are processed in groups of about this size).
 _CHUNK_ELEMENTS = 1 << 20
+
+#: sorted rows gathered at once (whole (batch, head) sequences, at least one).
+_SLICE_ROWS = 1 << 15
 
 #: the logit of a disallowed key: exp(−1e30 − max) is 0 in fp32 and fp64.
 _MASKED = -1e30
 
 
 class ChunkPlan:
-    """Row indices for :class:`ChunkAttention`, per (b, h, round), ``(B·H·R, ·)``: the rows
-    of q of each block of ``m`` query slots (filler slots read row 0 and are masked), the
-    rows of k and v of each block's window of ``span`` key chunks, and the output rows of
-    the queries (a filler slot sees no key and is not written).
+    """Row indices and masks for :class:`ChunkAttention`, round by round (leading dim R),
+    with the (batch, head) sequences and their blocks flattened.
 
-    ``order_q`` ``(B, H, R, NB·m)`` holds the query position of each slot of the NB blocks,
-    ``order_k`` ``(B, H, R, Lp)`` the key sorted order, ``allowed`` the ``(…, m, span·m)``
-    masks of the blocks and ``starts`` ``(B, H, R, NB)`` the first key chunk of each block's
-    window counted from ``span − 1`` front filler chunks (default: block n reads key chunks
-    n − span + 1 … n)."""
+    Args:
+        order_q: ``(B, H, R, Lq)``, the query position of each slot of the NB blocks (filler
+            slots: any position, their mask row all False).
+        order_k: ``(B, H, R, Lp)``, the key positions in sorted order (every position once in
+            the first L slots).
+        allowed: ``(B, H, R·NB, m, S)`` or ``(B, H, R, NB, m, S)`` bool, True where a query
+            slot may read a key slot of its block's window.
+        length: L.
+        m: the chunk length.
+        scale: the logit scale.
+        starts: ``(B, H, R, NB)``, the first key chunk of each block's window counted from
+            ``span − 1`` front filler chunks; None: block n reads key chunks n − 1 and n.
+    """
 
     def __init__(
         self,
@@ -54,213 +71,204 @@ class ChunkPlan:
         b, h, rounds, lq = order_q.shape
         nblocks, span = lq // m, allowed.shape[-1] // m
         device = order_q.device
-        bh = torch.arange(b * h, device=device).view(b, h, 1, 1)
-        r = torch.arange(rounds, device=device).view(1, 1, rounds, 1)
-        front = order_k.new_zeros(b, h, rounds, (span - 1) * m)
-        back = order_k.new_zeros(b, h, rounds, m)  # a window may end one chunk past Lp
-        keys = (torch.cat([front, order_k, back], dim=-1) + bh * length).view(b * h * rounds, -1)
-        if starts is None:
-            starts = torch.arange(nblocks, device=device).expand(b, h, rounds, nblocks)
-        window = torch.arange(span * m, device=device)
-        index = (starts.reshape(-1, nblocks, 1) * m + window).view(keys.shape[0], -1)
-        self.rows_q = (order_q + bh * length).view(-1, lq)
-        self.rows_k = keys.gather(1, index)  # (N, NB·span·m)
-        self.rows_out = (order_q + (bh * rounds + r) * length).view(-1, lq)
-        self.allowed = allowed.reshape(-1, nblocks, m, span * m)
         self.shape, self.length, self.m, self.scale = (b, h, rounds), length, m, scale
-        self.span = span
-        per_chunk = self.rows_q.shape[0] * m * span * m
-        step = max(1, _CHUNK_ELEMENTS // per_chunk)
-        self.groups = [(c0, min(nblocks, c0 + step)) for c0 in range(0, nblocks, step)]
+        self.span, self.nblocks, self.lq = span, nblocks, lq
+        self.consecutive = starts is None
+        if self.consecutive and span != 2:
+            raise ValueError(f"consecutive windows read two chunks, got a span of {span}")
+        seq = torch.arange(b * h, device=device).view(b, h, 1, 1)  # the (b, h) sequence
 
-    def read(self, c0: int, c1: int) -> tuple[Tensor, Tensor, Tensor]:
-        """Flat int64 rows of blocks c0..c1: the queries ``(N·c·m,)``, the keys of each
-        block's window ``(N·c·span·m,)`` and the outputs ``(N·c·m,)``."""
-        m, w = self.m, self.span * self.m
-        return (
-            self.rows_q[:, c0 * m : c1 * m].reshape(-1),
-            self.rows_k[:, c0 * w : c1 * w].reshape(-1),
-            self.rows_out[:, c0 * m : c1 * m].reshape(-1),
-        )
+        def by_round(x: Tensor) -> Tensor:  # (B, H, R, …) → (R, B·H·…)
+            return x.movedim(2, 0).reshape(rounds, -1)
 
-    def gather(self, q: Tensor, k: Tensor, v: Tensor, c0: int, c1: int) -> tuple[Tensor, ...]:
-        """Blocks c0..c1 as ``N·c`` batches: the scaled queries ``(·, m, D)``, their keys and
-        values ``(·, span·m, ·)``, the mask ``(·, m, span·m)`` and the three row lists."""
-        iq, ik, io = self.read(c0, c1)
-        nc, m, w = self.rows_q.shape[0] * (c1 - c0), self.m, self.span * self.m
-        qg = q.index_select(0, iq).view(nc, m, -1).mul_(self.scale)
-        kw = k.index_select(0, ik).view(nc, w, -1)
-        vw = v.index_select(0, ik).view(nc, w, -1)
-        allowed = self.allowed[:, c0:c1].reshape(nc, m, w)
-        return qg, kw, vw, allowed, iq, ik, io
+        self.rows_q = by_round(order_q + seq * length)  # (R, B·H·Lq): rows of (B·H·L, ·)
+        allowed = allowed.view(b, h, rounds, nblocks, m, span * m).movedim(2, 0)
+        self.blocked = torch.empty(allowed.shape, dtype=torch.bool, device=device)
+        torch.logical_not(allowed, out=self.blocked)
+        self.blocked = self.blocked.view(rounds, b * h * nblocks, m, span * m)
+        seen = allowed.any(dim=-1).reshape(rounds, -1)  # (R, B·H·Lq): slots that read a key
+        if self.consecutive:  # keys as sorted; one front filler chunk per slice
+            keys, first_key = order_k, m
+        else:  # per sequence: span − 1 filler chunks, the keys, one filler chunk
+            front = order_k.new_zeros(b, h, rounds, (span - 1) * m)
+            keys = torch.cat([front, order_k, order_k.new_zeros(b, h, rounds, m)], dim=-1)
+            first_key = (span - 1) * m
+        self.lk = keys.shape[-1]  # key rows per sequence
+        self.rows_k = by_round(keys + seq * length)  # (R, B·H·Lk)
+        if starts is None:
+            self.chunks = None
+        else:  # the key chunks of each block's window, counted in the rows of rows_k
+            first = by_round(starts + seq * (self.lk // m))
+            self.chunks = (first[..., None] + torch.arange(span, device=device)).contiguous()
+        # the inverse orders: each position's query slot (−1: none reads a key) and key row
+        slot = torch.arange(b * h * lq, device=device).expand(rounds, -1)
+        dest = torch.where(seen, self.rows_q, b * h * length)
+        inverse = torch.full((rounds, b * h * length + 1), -1, device=device, dtype=torch.long)
+        self.inverse_q = inverse.scatter_(1, dest, slot)[:, :-1]  # (R, B·H·L)
+        self.inverse_k = by_round(slots(order_k, length) + first_key + seq * self.lk)
+        per_slice = max(1, _SLICE_ROWS // max(lq, self.lk))
+        self.slices = [(s0, min(b * h, s0 + per_slice)) for s0 in range(0, b * h, per_slice)]
+        self.step = max(1, _CHUNK_ELEMENTS // (m * span * m))
+
+    def slice(self, r: int, s0: int, s1: int) -> _Slice:
+        """Round r's sequences s0..s1 (of the B·H)."""
+        return _Slice(self, r, s0, s1)
+
+
+class _Slice:
+    """One round's (batch, head) sequences s0..s1: their sorted rows, inverse orders (local to
+    the slice's buffers), masks and groups of blocks."""
+
+    def __init__(self, plan: ChunkPlan, r: int, s0: int, s1: int) -> None:
+        m, length, lq, lk = plan.m, plan.length, plan.lq, plan.lk
+        self.m, self.span, self.consecutive = m, plan.span, plan.consecutive
+        self.positions = slice(s0 * length, s1 * length)
+        self.rows_q = plan.rows_q[r, s0 * lq : s1 * lq]
+        self.rows_k = plan.rows_k[r, s0 * lk : s1 * lk]
+        inverse = plan.inverse_q[r, self.positions]  # the last row of a slice's outputs: 0
+        self.inverse_q = torch.where(inverse < 0, (s1 - s0) * lq, inverse - s0 * lq)
+        self.inverse_k = plan.inverse_k[r, self.positions] - s0 * lk
+        b0, b1 = s0 * plan.nblocks, s1 * plan.nblocks
+        self.blocked = plan.blocked[r, b0:b1]
+        self.chunks = None if plan.chunks is None else plan.chunks[r, b0:b1] - s0 * (lk // m)
+        self.groups = [(c0, min(b1 - b0, c0 + plan.step)) for c0 in range(0, b1 - b0, plan.step)]
+
+    def keys(self, x: Tensor) -> Tensor:
+        """The slice's sorted rows of x, ``(rows, ·)``: after one zero front chunk
+        (consecutive windows), or with each sequence's filler chunks."""
+        if not self.consecutive:
+            return x.index_select(0, self.rows_k)
+        out = x.new_empty(self.m + self.rows_k.numel(), x.shape[-1])
+        out[: self.m].zero_()
+        torch.index_select(x, 0, self.rows_k, out=out[self.m :])
+        return out
+
+    def key_grad_buffer(self, sorted_keys: Tensor) -> Tensor:
+        """The buffer :meth:`add_window` fills, shaped as :meth:`keys`' rows: zeros, or with
+        consecutive windows (which write each own chunk before adding to it) only the front
+        chunk zeroed."""
+        if not self.consecutive:
+            return torch.zeros_like(sorted_keys)
+        grad = torch.empty_like(sorted_keys)
+        grad[: self.m].zero_()
+        return grad
+
+    def window(self, sorted_keys: Tensor, c0: int, c1: int) -> Tensor:
+        """The windows of blocks c0..c1 in the sorted keys (:meth:`keys`), ``(c, S, ·)``."""
+        m, s, d = self.m, self.span * self.m, sorted_keys.shape[-1]
+        if self.chunks is None:  # overlapping strided views, no copy
+            return sorted_keys[c0 * m :].as_strided((c1 - c0, s, d), (m * d, d, 1))
+        chunks = sorted_keys.view(-1, m * d)
+        return chunks.index_select(0, self.chunks[c0:c1].flatten()).view(c1 - c0, s, d)
+
+    def add_window(self, grad: Tensor, pair: tuple[Tensor, Tensor], c0: int, c1: int) -> None:
+        """``grad[window rows] += a·b`` for blocks c0..c1, ``pair = (a (c, S, m), b (c, m, ·))``
+        (a's rows: the window's key slots; grad from :meth:`key_grad_buffer`)."""
+        a, b_ = pair
+        m, d = self.m, grad.shape[-1]
+        if self.chunks is None:  # the own chunk (one later), then the chunk before
+            # the own chunks are written, not added: no earlier group reached them, and the
+            # chunk before each block is the own chunk of the block before, written already
+            torch.bmm(a[:, m:], b_, out=grad[(c0 + 1) * m : (c1 + 1) * m].view(-1, m, d))
+            grad[c0 * m : c1 * m].view(-1, m, d).baddbmm_(a[:, :m], b_)
+            return
+        win = torch.bmm(a, b_).view(-1, m * d)
+        grad.view(-1, m * d).index_add_(0, self.chunks[c0:c1].flatten(), win)
 
 
 class ChunkAttention(torch.autograd.Function):
-    """Softmax attention of each sorted chunk over [previous chunk, own chunk], gathered
-    group by group straight from the unsorted q, k, v and written back to the original
-    positions: ``out (B, H, R, L, Dv)`` and ``lse (B, H, R, L)`` (−∞ and zeros for a query
-    with no key). The backward recomputes each group's softmax and adds the gradients into
-    the unsorted rows, so nothing of size R·L·m is kept and no sorted copy is made."""
+    """Softmax attention of each block of sorted query slots over its window, every round,
+    merged over the rounds: ``out (B, H, L, Dv)`` and ``lse (B, H, L)`` (not
+    differentiable; −∞ and a zero output for a query that reads no key in any round). The
+    rounds' key sets are disjoint parts of one union (the plan's masks keep a key in its
+    first round only), so the merged output is one softmax over the union, and the backward
+    recomputes each block's probabilities as ``exp(s − lse)`` from the merged lse."""
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, plan: ChunkPlan) -> Any:
-        (b, h, rounds), length = plan.shape, plan.length
-        n, d, dv = b * h * rounds, q.shape[-1], v.shape[-1]
+        (b, h, rounds), length, m = plan.shape, plan.length, plan.m
+        d, dv = q.shape[-1], v.shape[-1]
         qf, kf, vf = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, dv)
-        out = q.new_zeros(n * length, dv)
-        lse = q.new_full((n * length,), -math.inf)
-        for c0, c1 in plan.groups:
-            qg, kw, vw, allowed, _, _, io = plan.gather(qf, kf, vf, c0, c1)
-            scores = torch.bmm(qg, kw.transpose(1, 2)).masked_fill_(~allowed, _MASKED)
-            seen = allowed.any(dim=-1)
-            lse_c = torch.logsumexp(scores, dim=-1).masked_fill_(~seen, -math.inf)
-            p = torch.exp(scores.sub_(lse_c.nan_to_num(neginf=0.0)[..., None]))
-            o = torch.bmm(p.mul_(seen[..., None]), vw)
-            keep = seen.flatten()  # filler queries see nothing: only real rows are written
-            out.index_copy_(0, io[keep], o.reshape(-1, dv)[keep])
-            lse.index_copy_(0, io[keep], lse_c.flatten()[keep])
-        out, lse = out.view(b, h, rounds, length, dv), lse.view(b, h, rounds, length)
-        ctx.save_for_backward(q, k, v, out)
+        out, lse = q.new_empty(b * h * length, dv), q.new_empty(b * h * length)
+        for r in range(rounds):
+            for s0, s1 in plan.slices:
+                sl = plan.slice(r, s0, s1)
+                qs = qf.index_select(0, sl.rows_q).mul_(plan.scale)
+                ks, vs = sl.keys(kf), sl.keys(vf)
+                os_ = q.new_empty(qs.shape[0] + 1, dv)  # the last row: positions read nothing
+                lse_s = q.new_empty(qs.shape[0] + 1)
+                os_[-1], lse_s[-1] = 0.0, -math.inf
+                for c0, c1 in sl.groups:
+                    qg = qs[c0 * m : c1 * m].view(-1, m, d)
+                    scores = torch.bmm(qg, sl.window(ks, c0, c1).mT)
+                    scores.masked_fill_(sl.blocked[c0:c1], _MASKED)
+                    top = scores.amax(dim=-1, keepdim=True)
+                    p = scores.sub_(top).exp_()
+                    total = p.sum(dim=-1, keepdim=True)
+                    o = os_[c0 * m : c1 * m].view(-1, m, dv)
+                    torch.bmm(p, sl.window(vs, c0, c1), out=o)
+                    o.div_(total)
+                    lse_s[c0 * m : c1 * m] = (top + total.log()).flatten()
+                at = sl.positions
+                if r == 0:
+                    torch.index_select(os_, 0, sl.inverse_q, out=out[at])
+                    torch.index_select(lse_s, 0, sl.inverse_q, out=lse[at])
+                else:
+                    _merge(out[at], lse[at], os_.index_select(0, sl.inverse_q), lse_s[sl.inverse_q])
+        out, lse = out.view(b, h, length, dv), lse.view(b, h, length)
+        ctx.save_for_backward(q, k, v, out, lse)
         ctx.plan = plan
+        ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, d_out: Tensor, d_lse: Tensor) -> tuple[Tensor | None, ...]:
-        q, k, v, out = ctx.saved_tensors
+    def backward(ctx: Any, d_out: Tensor, _d_lse: Tensor | None) -> tuple[Tensor | None, ...]:
+        q, k, v, out, lse = ctx.saved_tensors
         plan: ChunkPlan = ctx.plan
-        d, dv = q.shape[-1], v.shape[-1]
+        m, d, dv = plan.m, q.shape[-1], v.shape[-1]
         qf, kf, vf = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, dv)
         dof = d_out.reshape(-1, dv)
-        # rowsum(dO ∘ O) − dlse; a query with no key has O = 0 and counts nowhere
-        delta = ((d_out * out).sum(dim=-1) - d_lse.nan_to_num(0.0)).flatten()
-        dq, dk, dvf = torch.zeros_like(qf), torch.zeros_like(kf), torch.zeros_like(vf)
-        for c0, c1 in plan.groups:
-            qg, kw, vw, allowed, iq, ik, io = plan.gather(qf, kf, vf, c0, c1)
-            scores = torch.bmm(qg, kw.transpose(1, 2)).masked_fill_(~allowed, _MASKED)
-            p = torch.softmax(scores, dim=-1).mul_(allowed.any(dim=-1, keepdim=True))
-            doc = dof.index_select(0, io).view(p.shape[0], p.shape[1], dv)
-            ds = torch.bmm(doc, vw.transpose(1, 2))
-            ds.sub_(delta.index_select(0, io).view(*p.shape[:2], 1)).mul_(p)
-            dq.index_add_(0, iq, torch.bmm(ds, kw).view(-1, d), alpha=plan.scale)
-            dk.index_add_(0, ik, torch.bmm(ds.transpose(1, 2), qg).view(-1, d))
-            dvf.index_add_(0, ik, torch.bmm(p.transpose(1, 2), doc).view(-1, dv))
+        delta = (d_out * out).sum(dim=-1).flatten()  # rowsum(dO ∘ O)
+        lse = lse.flatten().nan_to_num(neginf=0.0)  # a query with no key: p = 0 everywhere
+        dq, dk, dvf = torch.empty_like(qf), torch.empty_like(kf), torch.empty_like(vf)
+        for r in range(plan.shape[2]):
+            for s0, s1 in plan.slices:
+                sl = plan.slice(r, s0, s1)
+                rows = sl.rows_q
+                qs = qf.index_select(0, rows).mul_(plan.scale)
+                dos, lse_q, delta_q = dof.index_select(0, rows), lse[rows], delta[rows]
+                ks, vs = sl.keys(kf), sl.keys(vf)
+                dqs = qs.new_empty(qs.shape[0] + 1, d)  # the last row: positions read nothing
+                dqs[-1] = 0.0
+                dks, dvs = sl.key_grad_buffer(ks), sl.key_grad_buffer(vs)
+                for c0, c1 in sl.groups:
+                    part = slice(c0 * m, c1 * m)
+                    qg, dog = qs[part].view(-1, m, d), dos[part].view(-1, m, dv)
+                    kw, vw = sl.window(ks, c0, c1), sl.window(vs, c0, c1)
+                    p = torch.bmm(qg, kw.mT).masked_fill_(sl.blocked[c0:c1], _MASKED)
+                    p.sub_(lse_q[part].view(-1, m, 1)).exp_()
+                    ds = torch.bmm(dog, vw.mT).sub_(delta_q[part].view(-1, m, 1)).mul_(p)
+                    torch.bmm(ds, kw, out=dqs[part].view(-1, m, d))
+                    sl.add_window(dks, (ds.mT, qg), c0, c1)
+                    sl.add_window(dvs, (p.mT, dog), c0, c1)
+                dqs.mul_(plan.scale)
+                for grad, src, inverse in ((dq, dqs, sl.inverse_q), (dk, dks, sl.inverse_k),
+                                           (dvf, dvs, sl.inverse_k)):  # fmt: skip
+                    if r == 0:
+                        torch.index_select(src, 0, inverse, out=grad[sl.positions])
+                    else:
+                        grad[sl.positions] += src.index_select(0, inverse)
         return dq.view_as(q), dk.view_as(k), dvf.view_as(v), None
 
 
-def chunk_mask(
-    order_q: Tensor,
-    order_k: Tensor,
-    hashes_q: Tensor,
-    hashes_k: Tensor,
-    pad: Tensor,
-    m: int,
-    across: bool,
-) -> Tensor:
-    """``(B, H, R·nc, m, 2m)`` bool, True where query slot s may read the key slot of
-    ``[previous chunk, own chunk]`` (the non-causal form): not itself, the same bucket (unless
-    ``across``) held by no earlier round (each key counts once), and neither a padded key nor
-    a filler slot."""
-    b, h, rounds, lp = order_q.shape
-    length = hashes_q.shape[-1]
-    nc = lp // m
-    qpos = order_q.view(b, h, rounds, nc, m, 1)
-    kpos = order_k.view(b, h, rounds, nc, m)
-    kwin = torch.cat([kpos.roll(1, dims=3), kpos], dim=-1)[..., None, :]  # (…, nc, 1, 2m)
-    key_pad = pad[:, None, None, :].expand(b, h, rounds, length).gather(3, order_k)
-    key_pad[..., length:] = True  # the filler slots
-    key_pad = key_pad.view(b, h, rounds, nc, m)
-    allowed = (kwin != qpos) & ~torch.cat([key_pad.roll(1, dims=3), key_pad], dim=-1)[..., None, :]
-    allowed[:, :, :, 0, :, :m] = False  # chunk 0 of a round has no previous chunk
-    allowed.view(b, h, rounds, lp, 2 * m)[:, :, :, length:] = False  # filler queries
-
-    def at(table: Tensor, pos: Tensor) -> Tensor:  # table (B, H, R, L) read at positions
-        return table.gather(-1, pos.reshape(b, h, 1, -1).expand(-1, -1, table.shape[2], -1))
-
-    if not across:
-        bq = at(hashes_q, order_q).view(b, h, rounds, rounds, nc, m, 1)
-        bk = at(hashes_k, order_k).view(b, h, rounds, rounds, nc, m)
-        bk = torch.cat([bk.roll(1, dims=4), bk], dim=-1)[..., None, :]
-        for r in range(rounds):
-            allowed[:, :, r] &= bq[:, :, r, r] == bk[:, :, r, r]
-    if rounds > 1:
-        cq = at(slots(order_q, length) // m, order_q).view(b, h, rounds, rounds, nc, m, 1)
-        ck = at(slots(order_k, length) // m, order_k).view(b, h, rounds, rounds, nc, m)
-        ck = torch.cat([ck.roll(1, dims=4), ck], dim=-1)[..., None, :]
-        for r in range(1, rounds):  # drop what rounds 0 … r − 1 already hold
-            for e in range(r):
-                ci, cj = cq[:, :, e, r], ck[:, :, e, r]  # the chunks in round e
-                held = (cj <= ci) & (cj >= ci - 1)
-                if not across:
-                    held &= bq[:, :, e, r] == bk[:, :, e, r]
-                allowed[:, :, r] &= ~held
-    return allowed.view(b, h, rounds * nc, m, 2 * m)
-
-
-def causal_key_ranges(
-    order_k: Tensor, hashes_q: Tensor, hashes_k: Tensor, pad: Tensor, window: int
-) -> tuple[Tensor, Tensor]:
-    """The causal form's keys of each query position i, round by round: the key slots
-    ``[lo_i, hi_i)`` of the sorted order, ``hi_i`` the slot where (bucket h(q_i), position i)
-    would be inserted among the real keys (so the slots before it in its bucket are exactly
-    the keys ``j < i`` of that bucket) and ``lo_i = max(first slot of the bucket, hi_i −
-    window)``: the ``window`` most recent earlier keys of the bucket. ``(B, H, R, L)`` each."""
-    length = hashes_k.shape[-1]
-    pos = torch.arange(length, device=hashes_k.device)
-    top = int(torch.maximum(hashes_q.max(), hashes_k.max())) + 1 if hashes_k.numel() else 1
-    key = torch.where(pad[:, None, None, :], top, hashes_k) * length + pos
-    ordered = key.gather(-1, order_k[..., :length]).contiguous()  # ascending: real keys first
-    hi = torch.searchsorted(ordered, (hashes_q * length + pos).contiguous())
-    first = torch.searchsorted(ordered, (hashes_q * length).contiguous())
-    return torch.maximum(first, hi - window), hi
-
-
-def causal_layout(
-    order_q: Tensor, order_k: Tensor, hashes_q: Tensor, hashes_k: Tensor, pad: Tensor, m: int
-) -> tuple[Tensor, Tensor, Tensor]:
-    """The blocks of the causal form (window ``W = 2m − 1`` key slots): ``(query positions
-    (B, H, R, NB·m), starts (B, H, R, NB), allowed (B, H, R, NB, m, 3m))`` for
-    :class:`ChunkPlan` with a window of three key chunks.
-
-    The real queries, in (bucket, position) order, have nondecreasing ``hi``; those with
-    ``⌊hi/m⌋ = g`` need only key chunks g − 2 … g (``hi − W ≥ (g − 2)·m + 1``), so each
-    such group is cut into blocks of m and its blocks read those three chunks. With shared
-    QK, ``hi`` is the query's own slot and the blocks are the chunks of the sorted order;
-    otherwise there are at most ``⌈L/m⌉ + nc + 1`` blocks. Padded queries read nothing.
-    Keys held by an earlier round are dropped (each key counts once)."""
-    b, h, rounds, length = hashes_q.shape
-    nc = -(-length // m)
-    lo, hi = causal_key_ranges(order_k, hashes_q, hashes_k, pad, 2 * m - 1)
-    oq = order_q[..., :length]
-    real = ~pad[:, None, None, :].expand(b, h, rounds, length).gather(-1, oq)
-    group = torch.where(real, hi.gather(-1, oq) // m, nc + 1)  # nondecreasing; padding last
-    counts = torch.zeros(b, h, rounds, nc + 2, dtype=torch.long, device=oq.device)
-    counts.scatter_add_(-1, group, torch.ones_like(group))
-    blocks = (counts + m - 1) // m
-    blocks[..., -1] = 0  # the padded queries' group has no block
-    nblocks = max(1, int(blocks.sum(-1).max()))
-    rank = torch.arange(length, device=oq.device) - (counts.cumsum(-1) - counts).gather(-1, group)
-    block = torch.where(real, (blocks.cumsum(-1) - blocks).gather(-1, group) + rank // m, nblocks)
-    dest = torch.where(real, block * m + rank % m, nblocks * m)  # the last slot: a bin
-    slots_shape = (b, h, rounds, nblocks * m + 1)
-    qpos = oq.new_zeros(slots_shape).scatter_(-1, dest, oq)[..., :-1]
-    valid = real.new_zeros(slots_shape).scatter_(-1, dest, real)[..., :-1]
-    starts = group.new_zeros(b, h, rounds, nblocks + 1).scatter_(-1, block, group)[..., :-1]
-    t = (starts[..., None] - 2) * m + torch.arange(3 * m, device=oq.device)  # (…, NB, 3m)
-    lo_q = lo.gather(-1, qpos).view(b, h, rounds, nblocks, m, 1)
-    hi_q = hi.gather(-1, qpos).view(b, h, rounds, nblocks, m, 1)
-    allowed = (t[..., None, :] >= lo_q) & (t[..., None, :] < hi_q)
-    allowed &= valid.view(b, h, rounds, nblocks, m, 1)
-    if rounds > 1:
-        keys = torch.cat([order_k.new_zeros(b, h, rounds, 2 * m), order_k], dim=-1)
-        keys = torch.cat([keys, order_k.new_zeros(b, h, rounds, m)], dim=-1)
-        kpos = keys.gather(-1, (t + 2 * m).clamp_max(keys.shape[-1] - 1).flatten(-2))
-        ks = slots(order_k, length)
-        for r in range(1, rounds):  # drop what rounds 0 … r − 1 already hold
-            qr, kr = qpos[:, :, r], kpos[:, :, r]
-            for e in range(r):
-                ke = ks[:, :, e].gather(-1, kr).view(b, h, nblocks, 1, 3 * m)
-                le = lo[:, :, e].gather(-1, qr).view(b, h, nblocks, m, 1)
-                he = hi[:, :, e].gather(-1, qr).view(b, h, nblocks, m, 1)
-                allowed[:, :, r] &= ~((ke >= le) & (ke < he))
-    return qpos, starts, allowed
+def _merge(out: Tensor, lse: Tensor, o_r: Tensor, lse_r: Tensor) -> None:
+    """Merge, in place, two softmaxes over disjoint key sets into one: weights
+    ``exp(lse_x − lse)`` (−∞: no key)."""
+    top = torch.maximum(lse, lse_r)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    a, c = torch.exp(lse - top), torch.exp(lse_r - top)
+    total = a + c
+    norm = torch.where(total > 0, total, 1.0)
+    out.mul_((a / norm)[:, None]).addcmul_(o_r, (c / norm)[:, None])
+    lse.copy_(top + total.log())
