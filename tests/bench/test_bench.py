@@ -23,6 +23,22 @@ def test_peak_memory_sees_live_allocations():
     assert 12e6 <= peak < 14e6
 
 
+def test_peak_memory_does_not_count_earlier_calls():
+    # the profiler's running total keeps blocks allocated in an earlier session and freed
+    # outside one (here the returned outputs, and one kept alive); each call's peak is its own
+    kept = []
+
+    def work():
+        kept.append(torch.ones(500_000))  # 2 MB that outlives the call
+        a = torch.ones(1_000_000)  # 4 MB
+        b = torch.ones(2_000_000)  # 8 MB
+        del a
+        return b
+
+    peaks = [peak_memory_bytes(work) for _ in range(4)]
+    assert all(14e6 <= p < 15e6 for p in peaks), peaks
+
+
 def test_machine_info_names_versions():
     info = machine_info()
     assert info["torch"] == torch.__version__ and info["kattn"]

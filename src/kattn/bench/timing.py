@@ -95,8 +95,10 @@ def tensor_bytes(obj: Any) -> int:
 
 
 def _cpu_peak_bytes(fn: Callable[[], Any]) -> int:
-    # The profiler records every allocation with the running total of bytes allocated since
-    # it started; the largest total is the peak.
+    # The profiler records every allocation and free with the running total of bytes its CPU
+    # reporter tracks. That total is kept across profiling sessions and counts every block
+    # allocated in an earlier session and freed outside one (a returned output, say) forever,
+    # so the peak is taken against the total just before fn's first event, not against 0.
     # kineto prints a line at every profiler start and stop unless told otherwise
     os.environ.setdefault("KINETO_LOG_LEVEL", "99")
     from torch._C._profiler import _EventType
@@ -104,14 +106,20 @@ def _cpu_peak_bytes(fn: Callable[[], Any]) -> int:
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
-    peak = 0
+    events = []
     stack = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack:
         event = stack.pop()
         if event.tag == _EventType.Allocation:
-            peak = max(peak, int(event.extra_fields.total_allocated))
+            fields = event.extra_fields
+            sizes = int(fields.alloc_size), int(fields.total_allocated)
+            events.append((event.start_time_ns, *sizes))
         stack.extend(event.children)
-    return peak
+    if not events:
+        return 0
+    events.sort()
+    start = events[0][2] - events[0][1]
+    return max(0, max(total for _, _, total in events) - start)
 
 
 def machine_info(device: torch.device | str = "cpu") -> dict[str, Any]:
