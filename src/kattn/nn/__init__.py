@@ -1,29 +1,36 @@
 """Modules built on the mechanisms: the drop-in multi-head attention, ``patch``,
 ``convert_attention``, and the encoder and classifier of the LRA models, the causal language
-model and the encoder–decoder Transformer with its searches."""
+model, the encoder–decoder Transformer with its searches, the Vision Transformer and the
+pixel-level image generator."""
 
 from .causal_lm import CausalLM, DecodingState
 from .classifiers import DualEncoderClassifier, SequenceClassifier
 from .convert import ConversionReport, ModuleConversion, convert_attention
 from .encoder import EncoderLayer, TransformerEncoder, sinusoidal_positions
 from .generation import generate, sample_next
+from .image_generator import GENERATOR_PRESETS, ImageGenerator
 from .multihead import MultiheadAttention
 from .patch import patch
 from .seq2seq import Seq2Seq, Seq2SeqState
 from .seq2seq_search import beam_search, greedy_decode
+from .vision import VIT_PRESETS, VisionTransformer, vision_transformer
 
 __all__ = [
+    "GENERATOR_PRESETS",
+    "VIT_PRESETS",
     "CausalLM",
     "ConversionReport",
     "DecodingState",
     "DualEncoderClassifier",
     "EncoderLayer",
+    "ImageGenerator",
     "ModuleConversion",
     "MultiheadAttention",
     "Seq2Seq",
     "Seq2SeqState",
     "SequenceClassifier",
     "TransformerEncoder",
+    "VisionTransformer",
     "beam_search",
     "convert_attention",
     "generate",
@@ -31,4 +38,5 @@ __all__ = [
     "patch",
     "sample_next",
     "sinusoidal_positions",
+    "vision_transformer",
 ]

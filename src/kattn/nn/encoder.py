@@ -4,7 +4,8 @@ The block of the papers' LRA models: pre-LN (``x + Dropout(MHA(LN(x)))``, then
 ``x + MLP(LN(x))`` with ``MLP = Linear → GELU → Dropout → Linear``) or post-LN, token
 embedding plus learned or sinusoidal positions, a final LayerNorm in the pre-LN form. Options
 give the block variants of Yorsh 2022, §4.2: a skip connection over the whole block
-(``block_skip``) and no projection after the concatenated heads (``out_proj=False``).
+(``block_skip``) and no projection after the concatenated heads (``out_proj=False``), and
+stochastic depth on the residual branches (``drop_path``, as DeiT: Touvron et al. 2021).
 """
 
 from __future__ import annotations
@@ -26,10 +27,34 @@ from .multihead import MultiheadAttention
 POSITIONS = ("learned", "sinusoidal", "none")
 
 
+class DropPath(nn.Module):
+    """Stochastic depth per example (Huang et al. 2016; DeiT's ``drop_path``, Touvron et al.
+    2021): in training, each example's residual branch ``(B, ...)`` is zeroed with probability
+    ``p`` and otherwise scaled by ``1 / (1 − p)``, so its expectation is unchanged; the
+    identity in evaluation and for ``p = 0``. ``p = 1`` always drops the branch."""
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"drop_path must be a probability in [0, 1], got {p!r}")
+        self.p = float(p)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = 1.0 - self.p
+        mask = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(keep)
+        return x * mask / keep if keep > 0.0 else x * mask
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
 class EncoderLayer(nn.Module):
     """One Transformer block: self-attention with ``mechanism`` and a GELU MLP.
 
-    Post-LN (``norm_first=False``) and pre-LN (``norm_first=True``), with Drop the dropout::
+    Post-LN (``norm_first=False``) and pre-LN (``norm_first=True``), with Drop the dropout
+    followed by :class:`DropPath` (the identity unless ``drop_path > 0``)::
 
         post-LN:  y = LN1(x + Drop(MHA(x)))       out = LN2(y + Drop(FFN(y)) [+ x])
         pre-LN:   y = x + Drop(MHA(LN1(x)))       out = y + Drop(FFN(LN2(y))) [+ x]
@@ -48,6 +73,8 @@ class EncoderLayer(nn.Module):
         block_skip: add the block's input once more before its last LayerNorm (see above).
         out_proj: keep the linear layer after the concatenated heads; ``False`` drops it (the
             thesis's variants not marked "-L"; see :class:`~kattn.nn.multihead.MultiheadAttention`).
+        drop_path: probability of dropping each residual branch (attention, MLP) per example
+            in training (stochastic depth, :class:`DropPath`); 0 (default) never drops.
     """
 
     def __init__(
@@ -63,10 +90,12 @@ class EncoderLayer(nn.Module):
         norm_first: bool = True,
         block_skip: bool = False,
         out_proj: bool = True,
+        drop_path: float = 0.0,
         **options: Any,
     ) -> None:
         super().__init__()
         boolean("block_skip", block_skip)
+        self.drop_path = DropPath(drop_path)
         self.attn = MultiheadAttention(
             dim,
             num_heads,
@@ -87,7 +116,10 @@ class EncoderLayer(nn.Module):
 
     def _attend(self, x: Tensor, key_padding_mask: Tensor | None, causal: bool) -> Tensor:
         out = self.attn(x, x, x, key_padding_mask=key_padding_mask, is_causal=causal)[0]
-        return self.dropout(out)
+        return self.drop_path(self.dropout(out))
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        return self.drop_path(self.dropout(self.ffn(x)))
 
     def forward(
         self, x: Tensor, key_padding_mask: Tensor | None = None, *, causal: bool = False
@@ -95,10 +127,10 @@ class EncoderLayer(nn.Module):
         """``x (B, L, dim)``; ``key_padding_mask (B, L)`` bool, True marks padding."""
         if self.norm_first:
             y = x + self._attend(self.norm_attn(x), key_padding_mask, causal)
-            out = y + self.dropout(self.ffn(self.norm_ffn(y)))
+            out = y + self._feed_forward(self.norm_ffn(y))
             return out + x if self.block_skip else out
         y = self.norm_attn(x + self._attend(x, key_padding_mask, causal))
-        out = y + self.dropout(self.ffn(y))
+        out = y + self._feed_forward(y)
         return self.norm_ffn(out + x if self.block_skip else out)
 
     def decode(self, x: Tensor, state: Any = None) -> tuple[Tensor, Any]:
@@ -108,12 +140,12 @@ class EncoderLayer(nn.Module):
         ``supports_recurrent``. Returns the output and the new state."""
         if self.norm_first:
             attended, state = self.attn.decode(self.norm_attn(x), state)
-            y = x + self.dropout(attended)
-            out = y + self.dropout(self.ffn(self.norm_ffn(y)))
+            y = x + self.drop_path(self.dropout(attended))
+            out = y + self._feed_forward(self.norm_ffn(y))
             return (out + x if self.block_skip else out), state
         attended, state = self.attn.decode(x, state)
-        y = self.norm_attn(x + self.dropout(attended))
-        out = y + self.dropout(self.ffn(y))
+        y = self.norm_attn(x + self.drop_path(self.dropout(attended)))
+        out = y + self._feed_forward(y)
         return self.norm_ffn(out + x if self.block_skip else out), state
 
 
