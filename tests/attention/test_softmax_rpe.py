@@ -92,7 +92,7 @@ def test_fully_padded_rows_give_zeros_and_finite_gradients():
 
 def test_two_dimensional_encoding_equals_reference():
     attn = build("softmax_rpe", rpe="toeplitz2d", grid=(5, 7))
-    assert not attn.supports_recurrent and not attn.supports_cross
+    assert attn.supports_recurrent and not attn.supports_cross
     q, k, v, mask = inputs(35, 35, (0, 6))
     for causal in (False, True):
         out = attn(q, k, v, causal=causal, key_padding_mask=mask)

@@ -108,7 +108,7 @@ def test_presets_and_capabilities():
         "bucketed": True,
         "decay": True,
         "toeplitz": True,
-        "toeplitz2d": False,
+        "toeplitz2d": True,
     }
     assert not flags["toeplitz2d"].supports_cross
     assert flags["toeplitz"].limits_length and not flags["bucketed"].limits_length

@@ -22,7 +22,6 @@ from .. import positional
 from ..checks import positive_float_or_none
 from ..functional.softmax import KVCache, softmax_attention_reference, softmax_init_state
 from ..functional.softmax_bias import biased_softmax_attention, biased_softmax_prefill
-from ..functional.toeplitz import toeplitz_dense
 from ..registry import check_options, keyword_parameters, register_mechanism
 from .encoded import EncodedAttention
 from .rpe_options import build_aggregator, encoding_option_types, encoding_options
@@ -43,8 +42,8 @@ class RelativeSoftmaxAttention(EncodedAttention):
             ``kattn.positional.available()`` or a module from ``kattn.positional.build``
             (share one across layers by passing it to each), or None. Its
             ``dense_log(lq, lk)`` is the bias (``b = log c``), so its parameters are those
-            of kernelized attention's ``rpe``. Decoding reads the rows from its
-            ``log_coefficients`` (the 1-D encodings; ``toeplitz2d`` has no recurrent form).
+            of kernelized attention's ``rpe``. Decoding reads the rows of each new position
+            from its ``decoding_rows`` (``toeplitz2d``: up to the last cell of its grid).
         normalize_qk: ℓ2-normalise q and k (the normalised attention of Luo et al. §4.5).
         scale: the logits' factor on ``q·k``; default ``1/√D``, or 1 with ``normalize_qk``.
         temperature: the initial ``τ_h`` (with ``normalize_qk``), multiplying ``scale``.
@@ -174,14 +173,12 @@ class RelativeSoftmaxAttention(EncodedAttention):
 
     def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: KVCache) -> tuple[Tensor, KVCache]:
         """The L new queries (positions ``t0 …``) over the cached keys and the new ones, with
-        the bias rows of their positions: offsets ``−(t0 + L − 1) … L − 1`` from
-        ``log_coefficients(t0 + L, L)``, laid out as ``(H, L, t0 + L)``."""
+        the bias rows of their positions, ``rpe.decoding_rows(t0, L)`` ``(H, L, t0 + L)``."""
         t0 = state.length if isinstance(state, KVCache) else 0
         n = q.shape[2]
         bias = None
         if self.rpe is not None:
-            self.rpe.check_lengths(t0 + n, n)
-            bias = toeplitz_dense(self.rpe.log_coefficients(t0 + n, n), n, t0 + n)
+            bias = self.rpe.decoding_rows(t0, n)
         return biased_softmax_prefill(self._queries(q), self._keys(k), v, state, bias, scale=1.0)
 
     def extra_repr(self) -> str:

@@ -69,6 +69,14 @@ class RelativePositionBias(Aggregator):
         """``rows(i0, i1, kv)``: the log-coefficients of queries i0..i1−1 and keys 0..kv−1."""
         return ToeplitzRows(self.log_coefficients(lq, lk), lq)
 
+    def decoding_rows(self, start: int, length: int) -> Tensor:
+        """``(H, length, start + length)``: the log-coefficients of the queries ``start …
+        start + length − 1`` over the keys ``0 … start + length − 1`` (the bias rows that
+        decoding with a key/value cache reads); ``ValueError`` beyond the encoding's range."""
+        end = start + length
+        self.check_lengths(end, length)
+        return toeplitz_dense(self.log_coefficients(end, length), length, end)
+
     def dense(self, lq: int, lk: int, causal: bool = False) -> Tensor:
         """The ``(H, Lq, Lk)`` matrix ``C = [exp(b_{j−i})]`` (zeros above the diagonal when
         ``causal``), for plots and tests."""

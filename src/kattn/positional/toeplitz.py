@@ -60,16 +60,22 @@ class ToeplitzBias(WindowDecoding, RelativePositionBias):
         return torch.cat([past[:, :1], past, past[:, -1:]], dim=1), self.max_len  # −max_len…1
 
 
-class Toeplitz2dBias(RelativePositionBias):
+class Toeplitz2dBias(WindowDecoding, RelativePositionBias):
     """2-D relative bias on an ``h×w`` grid of tokens (row-major): ``exp(b[Δrow, Δcol])``.
 
     ``bias`` has shape ``(H, 2h − 1, 2w − 1)``, entry ``[Δrow + h − 1, Δcol + w − 1]``,
     initialised to 0. Sequences must have ``h·w`` tokens (no cross-attention). Methods:
     ``"auto"`` (as for ``ToeplitzBias``), ``"fft"`` (2-D FFT) or ``"dense"``. Causal order is
-    row-major; no recurrent form.
+    row-major: each cell sees the cells before it, itself included.
+
+    Decoding goes in that order, one cell at a time, up to the ``h·w``-th. The weight of a past
+    cell j for cell t depends on both (on t's column as well as on ``t − j``: the cell before
+    t is at ``Δcol = −1`` unless t starts a row), so no constant-size state sums the past:
+    decoding keeps every past ``φ(k_j)`` and ``v_j`` (a window as long as the grid, like a
+    key/value cache) and weighs them afresh at each step, O(t·(M + Dv)) time for cell t and
+    O(h·w·(M + Dv)) memory at the end of the grid.
     """
 
-    supports_recurrent = False
     supports_cross = False
     methods = ("auto", "fft", "dense")
 
@@ -102,6 +108,37 @@ class Toeplitz2dBias(RelativePositionBias):
 
     def row_log_coefficients(self, lq: int, lk: int) -> RowLogCoefficients:
         return DenseRows(self.dense_log(lq, lk))
+
+    def log_between(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """``(H, Q, K)``: ``b[r_j − r_i, c_j − c_i]`` of the cells ``queries (Q,)`` and
+        ``keys (K,)`` (row-major indices on the grid)."""
+        w = self.grid[1]
+        dr = keys[None, :] // w - queries[:, None] // w + self.grid[0] - 1
+        dc = keys[None, :] % w - queries[:, None] % w + w - 1
+        return self.bias[:, dr, dc]
+
+    def decoding_rows(self, start: int, length: int) -> Tensor:
+        self.check_position(start + length - 1)
+        cells = torch.arange(start + length, device=self.bias.device)
+        return self.log_between(cells[start:], cells)
+
+    def decoding_window(self, state: BandedState) -> tuple[Tensor, int]:
+        cells = self.grid[0] * self.grid[1]
+        t = state.keys.shape[2]  # the window covers the grid, so it holds every past cell
+        self.check_position(t)
+        # offsets −cells…1 from cell t; those before the first cell (never read as weights of
+        # a key) repeat the first cell's, so that they stay finite in the window's shift
+        keys = (t + torch.arange(-cells, 2, device=self.bias.device)).clamp(0, t)
+        return self.log_between(keys.new_tensor([t]), keys)[:, 0], cells
+
+    def check_position(self, t: int) -> None:
+        """Raise ``ValueError`` when cell ``t`` (0-based, row-major) is beyond the grid."""
+        h, w = self.grid
+        if t >= h * w:
+            raise ValueError(
+                f"position {t} is beyond the {h}×{w} grid of the 2-D relative positional "
+                f"encoding: decoding covers its {h * w} cells once, in row-major order"
+            )
 
     def fft_points(self, lq: int, lk: int) -> int:
         h, w = self.grid
