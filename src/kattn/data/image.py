@@ -4,7 +4,8 @@ LRA loads TFDS ``cifar10`` (``train[:90%]`` / ``train[90%:]`` / ``test``: 45,000
 10,000), applies ``tf.image.rgb_to_grayscale`` to the uint8 images, casts to int and flattens
 each 32×32 image row-major to 1024 tokens: vocabulary 256, 10 classes (implementation notes
 §D.1–D.2). kattn reads the python version of the release (``cifar-10-python.tar.gz``, unpacked
-to ``cifar-10-batches-py/``).
+to ``cifar-10-batches-py/``), whose batches :mod:`kattn.data.images_cifar` reads through the
+restricted unpickler of :mod:`kattn.data.safe_pickle`.
 
 Token ids are pixel values, so id 0 is a black pixel, not padding: every image has length 1024,
 and LRA's ``pad_id_mask=True`` convention (see :mod:`kattn.data.base`) masks black pixels.
@@ -12,39 +13,20 @@ and LRA's ``pad_id_mask=True`` convention (see :mod:`kattn.data.base`) masks bla
 
 from __future__ import annotations
 
-import pickle
 from os import PathLike
 from pathlib import Path
-from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
 from .base import DataFormatError, TaskData, pixel_dataset
-
-TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
-TEST_FILE = "test_batch"
+from .images_cifar import PIXELS as _PIXELS
+from .images_cifar import TEST_FILE, TRAIN_FILES, find_cifar10, read_cifar_batch
 
 #: ``tf.image.rgb_to_grayscale``'s weights of R, G and B.
 GRAYSCALE_WEIGHTS = (0.2989, 0.5870, 0.1140)
 
-_PIXELS = 32 * 32
 _CLASSES = 10
-
-#: what an unpickled batch may reference: numpy arrays (as written by numpy 1 and 2, pickle
-#: protocols 2–5), numpy scalars and the bytes codec of protocol 2. Nothing else is imported,
-#: so a tampered file cannot run code.
-_PICKLE_GLOBALS = {
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"),
-    ("_codecs", "encode"),
-}
 
 
 def rgb_to_grayscale(data: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
@@ -95,7 +77,7 @@ def load_image(data_dir: str | PathLike[str], *, valid_fraction: float = 0.1) ->
     """
     if isinstance(valid_fraction, bool) or not 0 < valid_fraction < 1:
         raise ValueError(f"valid_fraction must be in (0, 1), got {valid_fraction!r}")
-    folder = _find_folder(Path(data_dir))
+    folder = find_cifar10(Path(data_dir))
     train_pixels, train_labels = _read_batches([folder / name for name in TRAIN_FILES])
     test_pixels, test_labels = _read_batches([folder / TEST_FILE])
     n = len(train_labels)
@@ -131,76 +113,10 @@ def _check_not_empty(folder: Path, n: int, cut: int, n_test: int, valid_fraction
         raise DataFormatError(f"the test split is empty: {folder / TEST_FILE} holds no images")
 
 
-def _find_folder(data_dir: Path) -> Path:
-    candidates = (data_dir, data_dir / "cifar-10-batches-py")
-    for folder in candidates:
-        if (folder / TEST_FILE).is_file() or (folder / TRAIN_FILES[0]).is_file():
-            return folder
-    looked = " and ".join(str(c) for c in candidates)
-    raise DataFormatError(
-        f"no CIFAR-10 batches found: looked for {TRAIN_FILES[0]} and {TEST_FILE} in {looked}; "
-        f"expected the unpacked cifar-10-python.tar.gz (cifar-10-batches-py/)"
-    )
-
-
 def _read_batches(paths: list[Path]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     pixels, labels = [], []
     for path in paths:
-        data, batch_labels = _read_batch(path)
+        data, batch_labels = read_cifar_batch(path)
         pixels.append(rgb_to_grayscale(data))
         labels.append(batch_labels)
     return np.concatenate(pixels), np.concatenate(labels)
-
-
-def _read_batch(path: Path) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
-    if not path.is_file():
-        raise DataFormatError(
-            f"{path} is missing: expected the CIFAR-10 python batch (a pickled dict with "
-            f"b'data' and b'labels')"
-        )
-    with path.open("rb") as file:
-        try:
-            batch = _BatchUnpickler(file).load()
-        except Exception as err:  # a truncated or foreign file can fail in many ways
-            raise DataFormatError(f"{path} is not a readable CIFAR-10 batch: {err}") from None
-    if not isinstance(batch, dict) or not {b"data", b"labels"} <= batch.keys():
-        keys = sorted(map(repr, batch)) if isinstance(batch, dict) else type(batch).__name__
-        raise DataFormatError(
-            f"{path}: expected a dict with keys b'data' and b'labels', got {keys}"
-        )
-    data, labels = batch[b"data"], batch[b"labels"]
-    if not (isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 2) or (
-        data.shape[1] != 3 * _PIXELS
-    ):
-        shape = getattr(data, "shape", None)
-        raise DataFormatError(
-            f"{path}: b'data' must be a (N, 3072) uint8 array, got "
-            f"{type(data).__name__} of shape {shape} and dtype {getattr(data, 'dtype', None)}"
-        )
-    try:
-        labels_arr = np.asarray(labels, dtype=np.int64)
-    except (TypeError, ValueError) as err:
-        raise DataFormatError(f"{path}: b'labels' are not integers ({err})") from None
-    if labels_arr.shape != (data.shape[0],):
-        raise DataFormatError(
-            f"{path}: {labels_arr.size} b'labels' for {data.shape[0]} images, expected one each"
-        )
-    if labels_arr.size and not 0 <= labels_arr.min() <= labels_arr.max() < _CLASSES:
-        raise DataFormatError(f"{path}: b'labels' must be in 0-9")
-    return data, labels_arr
-
-
-class _BatchUnpickler(pickle.Unpickler):
-    """Reads the py2 pickles of the release (``encoding="bytes"``), importing only numpy's
-    array reconstructors."""
-
-    def __init__(self, file: BinaryIO) -> None:
-        super().__init__(file, encoding="bytes")
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _PICKLE_GLOBALS:
-            raise DataFormatError(
-                f"refusing to load {module}.{name}: a CIFAR-10 batch holds only numpy arrays "
-                f"and lists"
-            )
-        return super().find_class(module, name)

@@ -37,6 +37,7 @@ from ..data import (
     tokenize_corpus,
     write_listops,
 )
+from ..data.cache import cache_dir
 from ..nn import CausalLM, DualEncoderClassifier, SequenceClassifier
 from .config import LM_BLOCK_SIZE, RunConfig
 
@@ -55,12 +56,6 @@ EMBEDDED_LISTOPS: dict[str, int] = {
     "max_args": 10,
     "seed": 0,
 }
-
-
-def cache_dir() -> Path:
-    """Where generated data is kept: ``$KATTN_CACHE`` or ``~/.cache/kattn``."""
-    root = os.environ.get("KATTN_CACHE") or Path.home() / ".cache" / "kattn"
-    return Path(root)
 
 
 def embedded_listops(create: bool = True) -> Path:
