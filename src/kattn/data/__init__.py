@@ -6,7 +6,9 @@ Every LRA loader returns a :class:`TaskData` of padded id tensors (id 0 = paddin
 :func:`tokenize_corpus` give the :class:`LMData` of the language-modelling task.
 :func:`gettext_corpus` (the translated gettext catalogues already on the machine),
 :func:`load_iwslt` and :func:`load_parallel_files` give a :class:`ParallelCorpus`, which
-:class:`JointBPE` and :func:`token_batches` turn into batches.
+:class:`JointBPE` and :func:`token_batches` turn into batches. :func:`load_images` reads image
+classification sets (CIFAR, downsampled ImageNet, image folders, or the embedded shapes) as
+:class:`ImageData`, and :class:`Augment` is their train-time augmentation.
 """
 
 from .base import PAD_ID, DataFormatError, SequenceDataset, TaskData, pad_sequences
@@ -24,6 +26,9 @@ from .corpus import (
 )
 from .gettext_catalog import MoCatalog, MoEntry, read_mo
 from .image import load_image, rgb_to_grayscale
+from .image_augment import IMAGENET_MEAN, IMAGENET_STD, Augment, normalize
+from .image_embedded import SHAPE_CLASSES, generate_shapes
+from .images import ImageData, ImageSplit, embedded_images, load_images
 from .listops import (
     LISTOPS_FILES,
     LISTOPS_LEGACY_VOCAB,
@@ -62,17 +67,23 @@ from .tokenizers import (
 
 __all__ = [
     "EMBEDDED_CORPUS_BYTES",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
     "LISTOPS_FILES",
     "LISTOPS_LEGACY_VOCAB",
     "LISTOPS_OOV_ID",
     "LISTOPS_VOCAB",
     "LISTOPS_VOCAB_SIZE",
     "PAD_ID",
+    "SHAPE_CLASSES",
     "SPLIT_FRACTIONS",
+    "Augment",
     "ByteTokenizer",
     "Corpus",
     "DataFormatError",
     "HFTokenizer",
+    "ImageData",
+    "ImageSplit",
     "JointBPE",
     "LMData",
     "MoCatalog",
@@ -85,13 +96,16 @@ __all__ = [
     "Tokenizer",
     "collate_pairs",
     "draw_pathfinder",
+    "embedded_images",
     "encode_listops",
     "generate_listops",
     "generate_pathfinder",
+    "generate_shapes",
     "gettext_corpus",
     "iterate_batches",
     "load_corpus",
     "load_image",
+    "load_images",
     "load_iwslt",
     "load_listops",
     "load_parallel_files",
@@ -99,6 +113,7 @@ __all__ = [
     "load_retrieval",
     "load_text",
     "load_tokenizer",
+    "normalize",
     "pad_bytes",
     "pad_sequences",
     "read_mo",
