@@ -27,19 +27,23 @@ def add_train_parsers(sub: Any) -> None:
     """Add ``train`` and ``eval`` to the ``kattn`` subcommands."""
     p = sub.add_parser(
         "train",
-        help="train a classifier on an LRA task, a causal language model (--task lm) or a "
-        "translation model (--task translation)",
+        help="train a classifier on an LRA task, a causal language model (--task lm), a "
+        "translation model (--task translation) or an image model (--task image-classification "
+        "or image-generation)",
         description="Train a classifier on a Long Range Arena task, a causal language model "
-        "(--task lm) or an encoder-decoder translation model (--task translation), with any "
-        "mechanism. Without --data, ListOps trains on a small generated set, lm on this "
-        "Python's standard-library sources and translation on the message catalogues "
-        "installed on this machine with their human translations (the embedded defaults).",
+        "(--task lm), an encoder-decoder translation model (--task translation), a Vision "
+        "Transformer (--task image-classification) or a pixel-level image generator (--task "
+        "image-generation), with any mechanism. Without --data, ListOps trains on a small "
+        "generated set, lm on this Python's standard-library sources, translation on the "
+        "message catalogues installed on this machine with their human translations and the "
+        "image tasks on generated 32x32 shapes (the embedded defaults).",
     )
     p.add_argument(
         "--task",
         choices=TASKS,
         help="the task (default listops; lm: causal language model; translation: "
-        "encoder-decoder, Luo et al. 2021 §4.3)",
+        "encoder-decoder, Luo et al. 2021 §4.3; image-classification: ViT/DeiT, §4.4; "
+        "image-generation: sub-pixel causal model, Appendix A.5)",
     )
     p.add_argument(
         "--data",
@@ -49,7 +53,9 @@ def add_train_parsers(sub: Any) -> None:
         "folder of .txt files (split 90/5/5 at line boundaries) or a WikiText folder "
         "(wiki.{train,valid,test}.tokens or .raw); for translation an IWSLT'14 folder as "
         "fairseq prepares it (train.de, train.en, valid.*, test.*) or PREFIX of two aligned "
-        "files PREFIX.<src> and PREFIX.<tgt>",
+        "files PREFIX.<src> and PREFIX.<tgt>; for the image tasks cifar-10-batches-py, "
+        "cifar-100-python, an ImageNet-style folder (train/<class>/..., val/<class>/...) or "
+        "the downsampled ImageNet files (train_data_batch_*, val_data; .npz or pickles)",
     )
     p.add_argument("--src", help="translation: the source language (default de)")
     p.add_argument("--tgt", help="translation: the target language (default en)")
@@ -81,7 +87,10 @@ def add_train_parsers(sub: Any) -> None:
         help="the papers' settings: skyformer (default with --data), lra, kl, "
         "small (default without --data); for lm: luo-lm (default with --data: the "
         "WikiText-103 decoder of Luo et al. 2021) or small; for translation: luo-mt "
-        "(default with --data: the IWSLT'14 model of Luo et al. 2021 §4.3) or small",
+        "(default with --data: the IWSLT'14 model of Luo et al. 2021 §4.3) or small; for "
+        "image-classification: luo-deit (default with --data: DeiT-base with NPRF and 2-D "
+        "RPE, §4.4) or small; for image-generation: luo-imagenet32 (default with --data, "
+        "Appendix A.5) or small",
     )
     p.add_argument(
         "--config",

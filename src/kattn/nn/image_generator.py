@@ -162,7 +162,7 @@ class ImageGenerator(nn.Module):
     def subpixels(self, images: Tensor) -> Tensor:
         """uint8 ``images (B, C, H, W)`` → their sub-pixels ``(B, L)`` int64, raster order."""
         self._check_images(images)
-        return images.permute(0, 2, 3, 1).reshape(images.shape[0], -1).long()
+        return raster_subpixels(images)
 
     def inputs(self, images: Tensor) -> Tensor:
         """The model's input ids ``(B, L)``: the start token, then sub-pixels ``0 … L − 2``."""
@@ -192,6 +192,10 @@ class ImageGenerator(nn.Module):
     def bits_per_dim(self, images: Tensor) -> Tensor:
         """The mean over ``images`` of :meth:`nll` in bits: bits/dim (a 0-dim tensor)."""
         return self.nll(images).mean() / math.log(2)
+
+    def regularization_loss(self) -> Tensor:
+        """Sum of the attention mechanisms' penalties (0 for most mechanisms)."""
+        return self.lm.regularization_loss()
 
     # -------------------------------------------------------------------------- sampling
     @property
@@ -251,6 +255,12 @@ class ImageGenerator(nn.Module):
                 f"images must be (B, C, H, W) = (B, {', '.join(map(str, self.image_shape))}), "
                 f"got {tuple(images.shape)}"
             )
+
+
+def raster_subpixels(images: Tensor) -> Tensor:
+    """``(B, C, H, W)`` images → their sub-pixels in (row, column, channel) order,
+    ``(B, H·W·C)`` int64: the targets of :class:`ImageGenerator`, position by position."""
+    return images.permute(0, 2, 3, 1).reshape(images.shape[0], -1).long()
 
 
 def grid_options(mechanism: str, options: dict[str, Any], grid: tuple[int, int]) -> dict[str, Any]:

@@ -24,7 +24,9 @@ from .presets import PRESETS
 
 #: the classification tasks of the Long Range Arena.
 CLASSIFICATION_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
-TASKS = (*CLASSIFICATION_TASKS, "lm", "translation")
+#: the image tasks (Luo et al. 2021, §4.4 and Appendix A.5).
+IMAGE_TASKS = ("image-classification", "image-generation")
+TASKS = (*CLASSIFICATION_TASKS, "lm", "translation", *IMAGE_TASKS)
 SCHEDULES = ("rsqrt", "cosine", "onecycle", "constant")
 AMP_DTYPES = ("bfloat16", "float16")
 #: tokens per block of task ``lm`` when ``data.block_size`` is not set.
@@ -36,7 +38,10 @@ class ModelConfig:
     """The encoder and classifier (:class:`kattn.nn.SequenceClassifier`), or the decoder
     (:class:`kattn.nn.CausalLM`) of task ``lm``: ``pooling`` and ``head_hidden`` are the
     classifier's, ``tie_embeddings`` (the output head reuses the token embedding) the
-    decoder's."""
+    decoder's. ``patch_size`` (default 4) and ``drop_path`` (DeiT's stochastic depth, rising
+    linearly to it over the layers) are the image classifier's
+    (:class:`kattn.nn.VisionTransformer`); the image tasks read ``pooling`` ``mean`` as global
+    average pooling."""
 
     dim: int = 64
     num_layers: int = 2
@@ -52,6 +57,8 @@ class ModelConfig:
     embedding_std: float = 0.02
     head_hidden: int | None = None
     tie_embeddings: bool = True
+    patch_size: int | None = None
+    drop_path: float = 0.0
 
 
 @dataclass
@@ -95,6 +102,14 @@ class DataConfig:
     of at most ``max_tokens`` padded tokens (default 4,096); ``max_len`` (default 256) is the
     longest source or target in tokens: longer training pairs are left out, longer valid/test
     sources cut (both counted in ``results.json``).
+
+    The image tasks read CIFAR-10/100 python batches, an ImageNet-style folder of class
+    folders or the downsampled ImageNet release (``path``; None: the embedded generated
+    shapes), resized to ``image_size`` pixels a side (default: the data's size). Task
+    ``image-classification`` augments training batches: a random resized crop keeping at
+    least ``crop_scale`` of the area (1.0: none), a horizontal ``flip``, ``randaugment``
+    ``"N,M"`` (torchvision's RandAugment with N operations of magnitude M; None: off), and
+    ``mixup`` / ``cutmix`` with Beta(α, α) mixing (0: off).
     """
 
     task: str = "listops"
@@ -110,6 +125,12 @@ class DataConfig:
     tgt: str | None = None
     max_tokens: int | None = None
     bpe_size: int | None = None
+    image_size: int | None = None
+    crop_scale: float = 0.08
+    flip: bool = True
+    randaugment: str | None = None
+    mixup: float = 0.0
+    cutmix: float = 0.0
 
 
 @dataclass
@@ -122,9 +143,9 @@ class OptimConfig:
     ``cosine`` (linear warm-up to ``lr``, cosine decay to 0), ``constant`` (after warm-up).
     ``accumulate`` micro-batches make one optimiser step of ``train.batch_size`` examples.
     ``amp`` autocasts CUDA runs to ``amp_dtype`` (float16 with a gradient scaler); CPU runs
-    are fp32. ``label_smoothing`` (task ``translation``) mixes the one-hot target with the
-    uniform distribution in the training loss (Szegedy et al. 2016; 0.1 in Vaswani et al.
-    2017).
+    are fp32. ``label_smoothing`` (tasks ``translation`` and ``image-classification``) mixes
+    the one-hot target with the uniform distribution in the training loss (Szegedy et al.
+    2016; 0.1 in Vaswani et al. 2017 and Touvron et al. 2021).
     """
 
     lr: float = 1e-4

@@ -5,12 +5,13 @@ examples a split has, the tensors of a batch, the model's logits and loss, the s
 statistics of a batch, the metrics they give, which validation result is the best, and the
 task's entries of ``results.json``. It also says what differs before and around training: how
 the data are read, which model is built, what a run folder keeps besides the config, how the
-run's header describes the data. Three exist: :class:`Classification` (the LRA tasks; best =
-highest accuracy), :class:`LanguageModelling` (task ``lm``: next-token prediction over
-contiguous blocks of a corpus; best = lowest loss) and
-:class:`~kattn.train.translation.Translation` (sentence pairs; best = lowest loss, BLEU at
-the end). :data:`OBJECTIVES` is the one place that
-chooses the objective of a task.
+run's header describes the data. :class:`Classification` (the LRA tasks; best = highest
+accuracy), :class:`LanguageModelling` (task ``lm``: next-token prediction over contiguous
+blocks of a corpus; best = lowest loss), :class:`~kattn.train.translation.Translation`
+(sentence pairs; best = lowest loss, BLEU at the end) and the image tasks
+(:class:`~kattn.train.images.ImageClassification`, best = highest accuracy, top-5 at the end;
+:class:`~kattn.train.images.ImageGeneration`, best = lowest bits/dim, samples at the end).
+:data:`OBJECTIVES` is the one place that chooses the objective of a task.
 
 Summed statistics are ``[loss_sum, correct, count]`` (count: examples or target tokens), so
 that processes and batches add them up before any division.
@@ -29,23 +30,12 @@ from torch import Tensor, nn
 from ..data import DataFormatError, LMData, TaskData, Tokenizer, unigram_bits_per_byte
 from .batches import key_mask, majority_baseline, make_batch
 from .config import CLASSIFICATION_TASKS, RunConfig
+from .field_checks import refuse_image_fields, refuse_translation_fields
+from .images import ImageClassification, ImageGeneration
 from .objective_base import SPLITS, Objective
 from .tasks import block_size, build_lm, load_lm_data, load_task, run_tokenizer
 from .tasks import build_model as build_classifier
 from .translation import Translation
-
-
-def refuse_translation_fields(config: RunConfig) -> None:
-    """``ValueError`` for a field of task ``translation`` set in a run of another task."""
-    data, attention = config.data, config.attention
-    fields = {f"data.{k}": getattr(data, k) for k in ("src", "tgt", "max_tokens", "bpe_size")}
-    fields.update({f"attention.{k}": getattr(attention, k) or None
-                   for k in ("decoder", "cross", "decoder_options", "cross_options")})  # fmt: skip
-    fields["train.bleu_examples"] = config.train.bleu_examples
-    fields["optim.label_smoothing"] = config.optim.label_smoothing or None
-    for key, value in fields.items():
-        if value is not None:
-            raise ValueError(f"{key} is for task translation, not {data.task}")
 
 
 class Classification(Objective[TaskData]):
@@ -66,6 +56,7 @@ class Classification(Objective[TaskData]):
             if getattr(config.data, key) is not None:
                 raise ValueError(f"data.{key} is for task lm, not {config.data.task}")
         refuse_translation_fields(config)
+        refuse_image_fields(config)
 
     @staticmethod
     def has_embedded_data(task: str) -> bool:
@@ -172,6 +163,7 @@ class LanguageModelling(Objective[LMData]):
     @staticmethod
     def check_data_fields(config: RunConfig) -> None:
         refuse_translation_fields(config)
+        refuse_image_fields(config)
         for key in ("max_len", "truncate"):
             if getattr(config.data, key) is not None:
                 raise ValueError(
@@ -279,6 +271,8 @@ OBJECTIVES: dict[str, type[Objective[Any]]] = {
     **dict.fromkeys(CLASSIFICATION_TASKS, Classification),
     "lm": LanguageModelling,
     "translation": Translation,
+    "image-classification": ImageClassification,
+    "image-generation": ImageGeneration,
 }
 
 

@@ -156,3 +156,70 @@ PRESETS["small"]["translation"] = {
     "optim.warmup_steps": 100, "optim.beta2": 0.98, "optim.weight_decay": 1e-4,
     "optim.label_smoothing": 0.1, "optim.grad_clip_value": None, "optim.grad_clip_norm": 1.0,
 }  # fmt: skip
+
+# Minutes on a CPU, on the embedded 32×32 shapes: a 4-layer ViT of width 64 on 4×4 patches (64
+# tokens) with DeiT's recipe scaled down (AdamW, cosine with warm-up, label smoothing 0.1,
+# random resized crops and flips, stochastic depth 0.1).
+PRESETS["small"]["image-classification"] = {
+    "model.dim": 64, "model.num_layers": 4, "model.num_heads": 4, "model.ffn_dim": 128,
+    "model.patch_size": 4, "model.drop_path": 0.1, "model.pooling": "mean",
+    "model.positions": "learned", "model.dropout": 0.0, "model.attention_dropout": 0.0,
+    "attention.options.num_features": 32, "data.crop_scale": 0.35,
+    "train.batch_size": 64, "train.steps": 1500, "train.eval_every": 250,
+    "optim.lr": 2e-3, "optim.schedule": "cosine", "optim.warmup_steps": 100,
+    "optim.weight_decay": 0.05, "optim.eps": 1e-8, "optim.label_smoothing": 0.1,
+    "optim.grad_clip_value": None, "optim.grad_clip_norm": 1.0,
+}  # fmt: skip
+
+# Minutes on a CPU: the embedded shapes at 16×16 (768 sub-pixels), a 3-layer decoder of width
+# 64 with the optimiser of Luo et al. 2021, Appendix A.5.
+PRESETS["small"]["image-generation"] = {
+    "model.dim": 64, "model.num_layers": 3, "model.num_heads": 4, "model.ffn_dim": 128,
+    "model.positions": "none", "model.dropout": 0.0, "model.attention_dropout": 0.0,
+    "attention.options.num_features": 32, "data.image_size": 16,
+    "train.batch_size": 16, "train.steps": 500, "train.eval_every": 100,
+    "train.eval_batches": 8, "optim.lr": 2e-3, "optim.schedule": "cosine",
+    "optim.warmup_steps": 50, "optim.beta2": 0.98, "optim.eps": 1e-6,
+    "optim.weight_decay": 0.01, "optim.grad_clip_value": None, "optim.grad_clip_norm": 1.0,
+}  # fmt: skip
+
+# Luo et al. 2021, §4.4 and Appendix A.4 (ImageNet-1K at 224×224, following DeiT, Touvron et
+# al. 2021): DeiT-base (12 layers, 768, 12 heads, FFN 3072, 16×16 patches), M = 32 random
+# features, 2-D relative positions, global average pooling + a linear head, AdamW (0.9, 0.999)
+# eps 1e-8, weight decay 0.05, batch 1024, label smoothing 0.1, 450 epochs of cosine decay
+# after 20 of linear warm-up (1,251 steps per epoch), DeiT's augmentation (RandAugment 9/0.5,
+# mixup 0.8, cutmix 1.0) and stochastic depth 0.1. The paper's "initial learning rate 1e-5"
+# is DeiT's warm-up start; the peak is DeiT's 5e-4·batch/512 = 1e-3. Distillation, repeated
+# augmentation and random erasing are not used here (the paper drops distillation).
+PRESETS["luo-deit"] = {
+    "image-classification": {
+        "model.dim": 768, "model.num_layers": 12, "model.num_heads": 12, "model.ffn_dim": 3072,
+        "model.patch_size": 16, "model.drop_path": 0.1, "model.pooling": "mean",
+        "model.positions": "learned", "model.dropout": 0.0, "model.attention_dropout": 0.0,
+        "attention.name": "nprf_rpe", "attention.options.num_features": 32,
+        "data.image_size": 224, "data.crop_scale": 0.08, "data.randaugment": "2,9",
+        "data.mixup": 0.8, "data.cutmix": 1.0,
+        "train.batch_size": 1024, "train.steps": 450 * 1251, "train.eval_every": 5 * 1251,
+        "optim.lr": 1e-3, "optim.schedule": "cosine", "optim.warmup_steps": 20 * 1251,
+        "optim.beta2": 0.999, "optim.eps": 1e-8, "optim.weight_decay": 0.05,
+        "optim.label_smoothing": 0.1, "optim.grad_clip_value": None,
+    },
+}  # fmt: skip
+
+# Luo et al. 2021, Appendix A.5 (ImageNet32 generation, 3,072 sub-pixels): 6 layers, 512, 8
+# heads, NPRF with 2-D RPE, M = 32, batch 64, Adam (0.9, 0.98) eps 1e-6, dropout 0.1, weight
+# decay 0.01, peak learning rate 5e-4. The paper gives no FFN width, schedule or step count:
+# FFN 2048 (4×), 4,000 warm-up steps then inverse square root (kattn's rsqrt peaks at lr/√w),
+# 200k steps are ours.
+PRESETS["luo-imagenet32"] = {
+    "image-generation": {
+        "model.dim": 512, "model.num_layers": 6, "model.num_heads": 8, "model.ffn_dim": 2048,
+        "model.positions": "none", "model.dropout": 0.1, "model.attention_dropout": 0.0,
+        "attention.name": "nprf_rpe", "attention.options.num_features": 32,
+        "data.image_size": 32, "train.batch_size": 64, "train.steps": 200000,
+        "train.eval_every": 2000, "train.eval_batches": 50,
+        "optim.lr": 5e-4 * math.sqrt(4000), "optim.warmup_steps": 4000, "optim.schedule": "rsqrt",
+        "optim.beta2": 0.98, "optim.eps": 1e-6, "optim.weight_decay": 0.01,
+        "optim.grad_clip_value": None,
+    },
+}  # fmt: skip

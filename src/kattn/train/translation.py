@@ -25,6 +25,7 @@ from ..nn import Seq2Seq
 from ..registry import MECHANISMS
 from .bleu import Decoding, check_bleu_available, corpus_bleu, translate_ids
 from .config import RunConfig
+from .field_checks import refuse_image_fields
 from .objective_base import SPLITS, Objective
 from .translation_data import (
     TOKENIZER_FILE,
@@ -139,6 +140,7 @@ class Translation(Objective[TranslationData]):
         for key in ("block_size", "truncate"):
             if getattr(config.data, key) is not None:
                 raise ValueError(f"data.{key} is not used by task translation")
+        refuse_image_fields(config)
         if not 0.0 <= config.optim.label_smoothing < 1.0:
             raise ValueError(
                 f"optim.label_smoothing must be in [0, 1), got {config.optim.label_smoothing}"

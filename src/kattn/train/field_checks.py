@@ -1,0 +1,41 @@
+"""Refusals of config fields that belong to another task than the run's: a field set for
+nothing is an error naming its task, not silently ignored."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import DataConfig, ModelConfig, RunConfig
+
+#: the data fields of the image tasks, and the model fields of the image classifier.
+IMAGE_DATA_FIELDS = ("image_size", "crop_scale", "flip", "randaugment", "mixup", "cutmix")
+IMAGE_MODEL_FIELDS = ("patch_size", "drop_path")
+
+
+def refuse_translation_fields(config: RunConfig, *, allow: tuple[str, ...] = ()) -> None:
+    """``ValueError`` for a field of task ``translation`` set in a run of another task
+    (those in ``allow``, dotted, are the run's own too)."""
+    data, attention = config.data, config.attention
+    fields = {f"data.{k}": getattr(data, k) for k in ("src", "tgt", "max_tokens", "bpe_size")}
+    fields.update({f"attention.{k}": getattr(attention, k) or None
+                   for k in ("decoder", "cross", "decoder_options", "cross_options")})  # fmt: skip
+    fields["train.bleu_examples"] = config.train.bleu_examples
+    fields["optim.label_smoothing"] = config.optim.label_smoothing or None
+    for key, value in fields.items():
+        if value is not None and key not in allow:
+            raise ValueError(f"{key} is for task translation, not {data.task}")
+
+
+def refuse_image_fields(config: RunConfig, *, allow: tuple[str, ...] = ()) -> None:
+    """``ValueError`` for a field of the image tasks changed from its default in a run of
+    another task (those in ``allow``, dotted, are the run's own)."""
+    changed = _changed(config.data, DataConfig(), IMAGE_DATA_FIELDS, "data")
+    changed += _changed(config.model, ModelConfig(), IMAGE_MODEL_FIELDS, "model")
+    for key in changed:
+        if key not in allow:
+            owner = "image-classification" if key != "data.image_size" else "the image tasks"
+            raise ValueError(f"{key} is for {owner}, not {config.data.task}")
+
+
+def _changed(section: Any, default: Any, names: tuple[str, ...], prefix: str) -> list[str]:
+    return [f"{prefix}.{n}" for n in names if getattr(section, n) != getattr(default, n)]
