@@ -5,13 +5,15 @@ One ``kattn.nn.EncoderLayer`` (pre-LN, GELU MLP) at DeiT-small width: dim 384, 6
 FFN 1536; batch 8 (``--batch``), fp32, random init (``torch.manual_seed(0)``), training mode
 without dropout. Its input is the patch tokens of an image: 64×64, 128×128 and 224×224 images
 in 4×4 patches (grids 16×16, 32×32, 56×56: L = 256, 1,024, 3,136) and 64×64 in 1-pixel
-patches (64×64: L = 4,096). Two attentions:
+patches (64×64: L = 4,096). Three attentions:
 
 * ``softmax``: kattn's softmax mechanism (PyTorch's ``scaled_dot_product_attention``);
 * ``nprf_rpe``: positive random features of normalised queries and keys, M = 32 (the paper's
   feature count for images), with ``rpe="toeplitz2d"`` on the patch grid (one learnable bias
   per (Δrow, Δcol) and head, Swin's 2-D encoding) and ``rpe_method="auto"`` (the exact
-  blocked form or the 2-D FFT, whichever it predicts faster; the table says which).
+  blocked form or the 2-D FFT, whichever it predicts faster; the table says which);
+* ``nprf_rpe fft``: the same with ``rpe_method="fft"`` (the paper's O(n log n) path, Luo et
+  al. 2021, §3.2), so that both paths are measured whichever ``auto`` picks.
 
 Each mechanism's attention is first checked against its dense reference (batch 1) at every
 size up to ``--check-max-length`` tokens. Then, per size, a forward + backward of the block
@@ -47,7 +49,7 @@ from kattn.bench import (
     write_results,
 )
 from kattn.nn import EncoderLayer
-from vit_speed_report import KERNELIZED, SOFTMAX, parse_sizes, ratio_summary, render
+from vit_speed_report import CONFIGS, FFT, KERNELIZED, SOFTMAX, parse_sizes, ratio_summary, render
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DIM, HEADS, FFN = 384, 6, 1536
@@ -59,8 +61,9 @@ def options(name: str, grid: tuple[int, int]) -> dict[str, Any]:
     """The attention options of configuration ``name`` on a patch grid."""
     if name == SOFTMAX:
         return {"mechanism": "softmax"}
+    method = {"rpe_method": "fft"} if name == FFT else {}
     return {"mechanism": "nprf_rpe", "rpe": "toeplitz2d", "grid": grid,
-            "num_features": NUM_FEATURES}  # fmt: skip
+            "num_features": NUM_FEATURES, **method}  # fmt: skip
 
 
 def build(name: str, grid: tuple[int, int]) -> EncoderLayer:
@@ -103,7 +106,7 @@ def measure(image: int, patch: int, args: argparse.Namespace) -> dict[str, Any]:
     g = torch.Generator().manual_seed(length)
     x = torch.randn(args.batch, length, DIM, generator=g).requires_grad_()
     grad = torch.randn(args.batch, length, DIM, generator=g)
-    layers = {name: build(name, grid) for name in (SOFTMAX, KERNELIZED)}
+    layers = {name: build(name, grid) for name in CONFIGS}
     errors = None
     if length <= args.check_max_length:
         errors = {name: check_attention(layer, length) for name, layer in layers.items()}
@@ -127,6 +130,7 @@ def measure(image: int, patch: int, args: argparse.Namespace) -> dict[str, Any]:
         "repeats": timed.repeats,
         "memory_bytes": memory,
         "time_ratio": ratio_summary(timed.round_seconds),
+        "fft_time_ratio": ratio_summary(timed.round_seconds, FFT),
         "memory_ratio": memory[SOFTMAX] / max(memory[KERNELIZED], 1),
         "kernelized_path": kernelized_path(layers[KERNELIZED], args.batch, length),
         "correctness_max_abs_error": errors,
@@ -145,7 +149,8 @@ def notes(report: dict[str, Any], quick: bool) -> list[str]:
         '`nprf_rpe`: `kattn.build("nprf_rpe", rpe="toeplitz2d", grid=patch grid, '
         f"num_features={NUM_FEATURES})`: PRF features (M = {NUM_FEATURES}, as Luo et al. 2021, "
         "§4.4) of normalised queries and keys, weighted by exp(b[Δrow, Δcol]); the last column "
-        'is the path its `rpe_method="auto"` took. `softmax`: kattn\'s softmax mechanism, '
+        'is the path its `rpe_method="auto"` took; `nprf_rpe fft` is the same block with '
+        '`rpe_method="fft"`. `softmax`: kattn\'s softmax mechanism, '
         "PyTorch's `scaled_dot_product_attention`.",
         "Ratios are softmax over `nprf_rpe`: above 1, `nprf_rpe` is faster or smaller. The "
         "time ratio in brackets is its range over the rounds (the machine's noise).",
@@ -193,8 +198,9 @@ def main(argv: list[str] | None = None) -> None:
     load_start, start = os.getloadavg(), time.perf_counter()
     rows = [measure(image, patch, args) for image, patch in args.sizes]
     info = machine_info()
-    configs = {name: options(name, (0, 0)) for name in (SOFTMAX, KERNELIZED)}
-    configs[KERNELIZED]["grid"] = "the patch grid of each size"
+    configs = {name: options(name, (0, 0)) for name in CONFIGS}
+    for name in (KERNELIZED, FFT):
+        configs[name]["grid"] = "the patch grid of each size"
     report: dict[str, Any] = {
         "machine": info,
         "command": " ".join(["python", "benchmarks/vit_speed.py", *sys.argv[1:]]),

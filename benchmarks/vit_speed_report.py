@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import statistics
 
-SOFTMAX, KERNELIZED = "softmax", "nprf_rpe"
+SOFTMAX, KERNELIZED, FFT = "softmax", "nprf_rpe", "nprf_rpe fft"
+#: the configurations timed, in the order of the table.
+CONFIGS = (SOFTMAX, KERNELIZED, FFT)
 
 
 def parse_sizes(text: str) -> list[tuple[int, int]]:
@@ -25,12 +27,19 @@ def parse_sizes(text: str) -> list[tuple[int, int]]:
     return sizes
 
 
-def ratio_summary(round_seconds: dict[str, list[float]]) -> dict[str, object]:
-    """softmax's time over ``nprf_rpe``'s (above 1: ``nprf_rpe`` is faster): the ratio of the
-    two medians over rounds, and the ratio within each round (its spread shows the noise)."""
-    soft, kern = round_seconds[SOFTMAX], round_seconds[KERNELIZED]
+def ratio_summary(
+    round_seconds: dict[str, list[float]], name: str = KERNELIZED
+) -> dict[str, object]:
+    """softmax's time over configuration ``name``'s (above 1: ``name`` is faster): the ratio
+    of the two medians over rounds, and the ratio within each round (its spread shows the
+    noise)."""
+    soft, kern = round_seconds[SOFTMAX], round_seconds[name]
     rounds = [s / k for s, k in zip(soft, kern, strict=True)]
     return {"value": statistics.median(soft) / statistics.median(kern), "rounds": rounds}
+
+
+def _ratio(ratio: dict) -> str:
+    return f"{ratio['value']:.2f}× ({min(ratio['rounds']):.2f}–{max(ratio['rounds']):.2f})"
 
 
 def _mib(n: int | None) -> str:
@@ -52,19 +61,19 @@ def render(report: dict) -> str:
         f"`{report['command']}`.",
         "",
         "| image | patch | grid | L | softmax (ms) | nprf_rpe (ms) | softmax / nprf_rpe time "
-        "(rounds) | softmax peak (MiB) | nprf_rpe peak (MiB) | softmax / nprf_rpe memory "
-        "| nprf_rpe path |",
-        "|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---|",
+        "(rounds) | nprf_rpe fft (ms) | softmax / fft time (rounds) | softmax peak (MiB) "
+        "| nprf_rpe peak (MiB) | fft peak (MiB) | softmax / nprf_rpe memory | nprf_rpe path |",
+        "|---:|---:|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---|",
     ]
     for row in report["rows"]:
         s, mem = row["seconds"], row["memory_bytes"]
-        ratio = row["time_ratio"]
-        spread = f"{min(ratio['rounds']):.2f}–{max(ratio['rounds']):.2f}"
         lines.append(
             f"| {row['image']} | {row['patch']} | {row['grid'][0]}×{row['grid'][1]} | "
             f"{row['length']} | {s[SOFTMAX] * 1e3:,.1f} | {s[KERNELIZED] * 1e3:,.1f} | "
-            f"{ratio['value']:.2f}× ({spread}) | {_mib(mem[SOFTMAX])} | "
-            f"{_mib(mem[KERNELIZED])} | {row['memory_ratio']:.2f}× | {row['kernelized_path']} |"
+            f"{_ratio(row['time_ratio'])} | {s[FFT] * 1e3:,.1f} | "
+            f"{_ratio(row['fft_time_ratio'])} | "
+            f"{_mib(mem[SOFTMAX])} | {_mib(mem[KERNELIZED])} | {_mib(mem[FFT])} | "
+            f"{row['memory_ratio']:.2f}× | {row['kernelized_path']} |"
         )
     lines += ["", "## Notes", ""]
     lines += [f"- {note}" for note in report["notes"]]

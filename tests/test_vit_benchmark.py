@@ -30,6 +30,7 @@ def test_vit_speed_quick_run_writes_results(tmp_path):
     assert (config["dim"], config["heads"], config["ffn_dim"], config["batch"]) == (384, 6, 1536, 2)
     assert config["configs"]["nprf_rpe"]["rpe"] == "toeplitz2d"
     assert config["configs"]["nprf_rpe"]["num_features"] == 32
+    assert config["configs"]["nprf_rpe fft"]["rpe_method"] == "fft"
     assert set(report["machine"]) >= {"processor", "torch", "kattn", "torch_threads"}
     rows = report["rows"]
     assert [(r["image"], r["patch"], r["grid"], r["length"]) for r in rows] == [
@@ -37,12 +38,14 @@ def test_vit_speed_quick_run_writes_results(tmp_path):
         (16, 1, [16, 16], 256),
     ]
     for row in rows:
-        assert set(row["seconds"]) == {"softmax", "nprf_rpe"}
+        assert set(row["seconds"]) == {"softmax", "nprf_rpe", "nprf_rpe fft"}
         assert all(t > 0 for t in row["seconds"].values())
         assert all(len(t) == 1 for t in row["round_seconds"].values())
         assert all(m > 0 for m in row["memory_bytes"].values())
         soft, kern = row["seconds"]["softmax"], row["seconds"]["nprf_rpe"]
         assert row["time_ratio"]["value"] == pytest.approx(soft / kern)
+        fft = row["seconds"]["nprf_rpe fft"]
+        assert row["fft_time_ratio"]["value"] == pytest.approx(soft / fft)
         mem = row["memory_bytes"]
         assert row["memory_ratio"] == pytest.approx(mem["softmax"] / mem["nprf_rpe"])
         assert max(row["correctness_max_abs_error"].values()) < 1e-4
