@@ -8,8 +8,9 @@
   10% of train (as LRA's ``train[90%:]``), test the test batch.
 * Downsampled ImageNet 16/32/64 (:mod:`kattn.data.images_downsampled`): valid is a seeded
   hold-out of 10,000 train images, test is ``val_data``.
-* An ImageNet-style folder (:mod:`kattn.data.images_folder`): ``train/<class>/``,
-  ``val/<class>/`` and optionally ``test/<class>/``, decoded lazily with Pillow.
+* An ImageNet-style folder (:mod:`kattn.data.images_folder`): ``train/<class>/`` and
+  ``test/<class>/`` or ``val/<class>/`` (the test split), decoded lazily with Pillow; valid is
+  a seeded hold-out of train as for downsampled ImageNet.
 * ``path=None``: the embedded set of ten shapes (:mod:`kattn.data.image_embedded`), written
   once in CIFAR-10's layout and read back through the CIFAR-10 reader.
 
@@ -56,8 +57,8 @@ FORMATS = {
     "cifar100-python": "CIFAR-100 python (cifar-100-python/: train, test, meta)",
     "downsampled-imagenet": "downsampled ImageNet 16/32/64 (train_data_batch_1..10 and "
     "val_data, .npz or pickles, in the folder or its subfolders)",
-    "image-folder": "an ImageNet-style folder (train/<class>/*.JPEG|jpg|png, val/<class>/, "
-    "optionally test/<class>/)",
+    "image-folder": "an ImageNet-style folder (train/<class>/*.JPEG|jpg|png, and test/<class>/ "
+    "or val/<class>/)",
 }
 #: the part of train that CIFAR's valid split takes, from its end.
 VALID_FRACTION = 0.1
@@ -74,8 +75,8 @@ def load_images(
         image_size: the side of the square images handed out. Required for image folders
             (resize and centre crop); for the in-memory formats a resize (antialiased
             bilinear), None keeping the released size.
-        seed: the seed of downsampled ImageNet's valid hold-out (other formats ignore it:
-            their splits are fixed).
+        seed: the seed of the valid hold-out from train of downsampled ImageNet and image
+            folders (CIFAR and the embedded set ignore it: their splits are fixed).
 
     Returns:
         The splits, classes, channels, size and ``source`` (format, path, sizes, resize, how
@@ -108,7 +109,7 @@ def load_images(
     if files is not None:
         return load_downsampled(files, data_dir, image_size=image_size, seed=seed)
     if is_image_folder(data_dir):
-        return load_image_folder(data_dir, image_size=image_size)
+        return load_image_folder(data_dir, image_size=image_size, seed=seed)
     known = "; ".join(FORMATS.values())
     raise ValueError(f"{data_dir} holds no image data set kattn knows; the formats are: {known}")
 

@@ -10,8 +10,9 @@ and val folders, so each file is looked for in the given folder and in its direc
 :func:`~kattn.data.safe_pickle.load_pickle`.
 
 Splits: test is ``val_data`` (50,000 images); valid is a seeded random hold-out of
-:data:`HOLDOUT` train images (a tenth of train when that is fewer, as in tests), and train the
-rest, both kept in file order. Class ``k`` is named by the release's label, ``str(k + 1)``.
+:data:`~kattn.data.images_splits.HOLDOUT` (10,000) train images (a tenth of train when that is
+fewer, as in tests; :func:`~kattn.data.images_splits.holdout_rows`), and train the rest, both
+kept in file order. Class ``k`` is named by the release's label, ``str(k + 1)``.
 """
 
 from __future__ import annotations
@@ -27,14 +28,19 @@ import torch
 
 from .base import DataFormatError
 from .images_cifar import check_labels
-from .images_splits import ImageData, TensorImageSplit, split_sizes
+from .images_splits import (
+    ImageData,
+    TensorImageSplit,
+    holdout_note,
+    holdout_rows,
+    holdout_size,
+    split_sizes,
+)
 from .safe_pickle import load_pickle
 
 TRAIN_BATCHES = tuple(f"train_data_batch_{i}" for i in range(1, 11))
 VAL_FILE = "val_data"
 NUM_CLASSES = 1000
-#: how many train images the seeded hold-out gives to valid.
-HOLDOUT = 10_000
 
 
 def find_downsampled(data_dir: Path) -> dict[str, Path] | None:
@@ -108,15 +114,13 @@ def load_downsampled(
     del rows
     train_labels = torch.from_numpy(np.concatenate(labels))
     n = len(train_labels)
-    held = min(HOLDOUT, round(0.1 * n))
-    if held < 1 or held == n or len(test_labels) == 0:
+    held = holdout_size(n)
+    if held >= n or len(test_labels) == 0:
         raise DataFormatError(
             f"downsampled ImageNet in {data_dir}: {n} train and {len(test_labels)} val images "
             f"leave a split empty (valid holds out {held} of train)"
         )
-    order = np.random.default_rng(seed).permutation(n)
-    valid_rows = torch.from_numpy(np.sort(order[:held]))
-    train_rows = torch.from_numpy(np.sort(order[held:]))
+    train_rows, valid_rows = holdout_rows(n, seed)
     splits = (
         TensorImageSplit(train, train_labels, rows=train_rows, size=image_size),
         TensorImageSplit(train, train_labels, rows=valid_rows, size=image_size),
@@ -132,7 +136,7 @@ def load_downsampled(
         "sizes": split_sizes(*splits),
         "stored_size": [side, side],
         "resize": _resize_note(side, image_size),
-        "valid": f"a random {held} of {n} train images (numpy default_rng({seed}))",
+        "valid": holdout_note(n, seed),
         "test": VAL_FILE,
     }
     return ImageData(

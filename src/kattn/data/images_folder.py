@@ -2,11 +2,19 @@
 
 Classes are the sorted names of ``train``'s subfolders (as torchvision's ``ImageFolder``);
 images are the files ending in ``.jpeg``, ``.jpg`` or ``.png`` (any case), sorted by name.
-Valid is ``val``; test is ``test`` when it has class folders, else ``val`` again (``source``
-says which). Every image is decoded with Pillow when asked for, converted to RGB, resized
-(bicubic) so that its shorter side is ``round(image_size / 0.875)`` and centre-cropped to
-``image_size × image_size``: DeiT's evaluation transform (Touvron et al. 2021, 256 → 224 at
-224). Pillow is the optional dependency of the ``vision`` extra.
+
+Splits: test is ``test`` when it has class folders, else ``val`` (ImageNet's 50,000 labelled
+validation images, on which papers report, Luo et al. 2021 §4.4 included); ``val`` is not read
+when ``test`` is there. Valid, on which a run picks its checkpoint, is never the test images:
+it is a seeded random hold-out of train, a tenth of it and at most 10,000 images
+(:func:`~kattn.data.images_splits.holdout_rows`, the rule of downsampled ImageNet), and train
+is the rest, both in file order. ``source`` records both choices.
+
+Every image is decoded with Pillow when asked for, converted to RGB, resized (bicubic) so that
+its shorter side is ``int(image_size / 0.875)`` and centre-cropped to
+``image_size × image_size``: DeiT's evaluation transform (Touvron et al. 2021, whose
+``int(input_size / 0.875)`` gives 256 at 224 and 36, not 37, at 32). Pillow is the optional
+dependency of the ``vision`` extra.
 """
 
 from __future__ import annotations
@@ -19,7 +27,14 @@ import torch
 from torch import Tensor
 
 from .base import DataFormatError
-from .images_splits import ImageData, ImageSplit, split_sizes
+from .images_splits import (
+    ImageData,
+    ImageSplit,
+    holdout_note,
+    holdout_rows,
+    holdout_size,
+    split_sizes,
+)
 
 EXTENSIONS = (".jpeg", ".jpg", ".png")
 #: DeiT's ratio of the crop to the shorter side it is cut from (224 / 256).
@@ -56,22 +71,32 @@ class FolderImageSplit(ImageSplit):
         return out
 
 
+def resize_side(image_size: int) -> int:
+    """The shorter side an image is resized to before the centre crop: DeiT's
+    ``int(image_size / 0.875)`` (truncated, as DeiT's ``int((256 / 224) * input_size)``)."""
+    return int(image_size / CROP_RATIO)
+
+
 def decode_image(path: Path, image_size: int) -> Tensor:
     """One file as ``(3, image_size, image_size)`` uint8: RGB, shorter side resized (bicubic)
-    to ``round(image_size / 0.875)``, centre crop (torchvision's ``Resize`` and
-    ``CenterCrop`` arithmetic).
+    to :func:`resize_side`, centre crop (torchvision's ``Resize`` and ``CenterCrop``
+    arithmetic).
 
     Raises:
-        DataFormatError: Pillow cannot read the file (truncated, not an image).
+        DataFormatError: Pillow cannot read the file (truncated, not an image, a
+            decompression bomb): whatever Pillow raises, with the file's name.
         ImportError: Pillow is not installed.
     """
     image_module = _pil()
-    short = round(image_size / CROP_RATIO)
+    short = resize_side(image_size)
     try:
         with image_module.open(path) as opened:
             image = opened.convert("RGB")
-    except (OSError, ValueError, SyntaxError) as err:  # PIL's errors for broken files
-        raise DataFormatError(f"{path} is not a readable image: {err}") from None
+    except Exception as err:  # Pillow's plugins raise many kinds on a damaged file: OSError,
+        # SyntaxError, ValueError, struct.error, Image.DecompressionBombError, ...
+        raise DataFormatError(
+            f"{path} is not a readable image ({type(err).__name__}: {err})"
+        ) from err
     width, height = image.size
     if width <= height:
         new = (short, int(short * height / width))
@@ -85,13 +110,19 @@ def decode_image(path: Path, image_size: int) -> Tensor:
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1)
 
 
-def load_image_folder(data_dir: Path, *, image_size: int | None) -> ImageData:
-    """The folder as :class:`ImageData` (see the module docstring).
+def load_image_folder(data_dir: Path, *, image_size: int | None, seed: int = 0) -> ImageData:
+    """The folder as :class:`ImageData` (see the module docstring for the splits).
+
+    Args:
+        data_dir: the folder holding ``train/`` and ``test/`` or ``val/``.
+        image_size: the side of the images handed out.
+        seed: the seed of valid's hold-out from train.
 
     Raises:
         ValueError: ``image_size`` is None.
-        DataFormatError: a class folder of ``train`` holds no image, ``val`` has no class
-            folders or one that ``train`` lacks.
+        DataFormatError: a class folder of ``train`` holds no image, train has too few images
+            to hold some out, neither ``test`` nor ``val`` has class folders, or the test
+            folder has a class that ``train`` lacks.
     """
     if image_size is None:
         raise ValueError(
@@ -101,21 +132,37 @@ def load_image_folder(data_dir: Path, *, image_size: int | None) -> ImageData:
     _pil()
     train_dir = data_dir / "train"
     classes = sorted(p.name for p in train_dir.iterdir() if p.is_dir())
-    train = _scan(train_dir, classes, image_size, every_class=True)
-    val_dir = data_dir / "val"
-    if not val_dir.is_dir():
-        raise DataFormatError(f"{val_dir} is missing: expected val/<class>/ beside {train_dir}")
-    valid = _scan(val_dir, classes, image_size, every_class=False)
-    test_dir = data_dir / "test"
+    paths, labels = _scan(train_dir, classes, every_class=True)
+    n = len(paths)
+    if holdout_size(n) >= n:
+        raise DataFormatError(
+            f"{train_dir} holds {n} image(s): valid holds out {holdout_size(n)} of train, "
+            "which leaves no training image"
+        )
+    train_rows, valid_rows = holdout_rows(n, seed)
+    train = FolderImageSplit(
+        [paths[i] for i in train_rows.tolist()], labels[train_rows], image_size
+    )
+    valid = FolderImageSplit(
+        [paths[i] for i in valid_rows.tolist()], labels[valid_rows], image_size
+    )
+    test_dir, val_dir = data_dir / "test", data_dir / "val"
     has_test = test_dir.is_dir() and any(p.is_dir() for p in test_dir.iterdir())
-    test = _scan(test_dir, classes, image_size, every_class=False) if has_test else valid
+    if not has_test and not val_dir.is_dir():
+        raise DataFormatError(
+            f"{data_dir} has neither test/ nor val/: expected test/<class>/ or val/<class>/ "
+            f"(the test split) beside {train_dir}"
+        )
+    test = FolderImageSplit(
+        *_scan(test_dir if has_test else val_dir, classes, every_class=False), image_size
+    )
     source: dict[str, Any] = {
         "format": "image-folder",
         "path": str(data_dir),
         "sizes": split_sizes(train, valid, test),
-        "resize": f"shorter side to {round(image_size / CROP_RATIO)} (bicubic, Pillow), "
-        f"centre crop {image_size}x{image_size}, RGB",
-        "valid": "val/",
+        "resize": f"shorter side to {resize_side(image_size)} = int({image_size} / "
+        f"{CROP_RATIO}) (bicubic, Pillow), centre crop {image_size}x{image_size}, RGB",
+        "valid": holdout_note(n, seed),
         "test": "test/" if has_test else "val/ (the folder has no test/ with class folders)",
     }
     return ImageData(
@@ -130,7 +177,8 @@ def load_image_folder(data_dir: Path, *, image_size: int | None) -> ImageData:
     )
 
 
-def _scan(folder: Path, classes: list[str], image_size: int, *, every_class: bool) -> ImageSplit:
+def _scan(folder: Path, classes: list[str], *, every_class: bool) -> tuple[list[Path], Tensor]:
+    """The image files of ``folder``'s class folders and their ``(N,)`` labels."""
     known = {name: k for k, name in enumerate(classes)}
     subfolders = sorted(p for p in folder.iterdir() if p.is_dir())
     if not subfolders:
@@ -151,7 +199,7 @@ def _scan(folder: Path, classes: list[str], image_size: int, *, every_class: boo
         labels.extend([known[sub.name]] * len(files))
     if not paths:
         raise DataFormatError(f"{folder} holds no image in its class folders")
-    return FolderImageSplit(paths, torch.tensor(labels, dtype=torch.int64), image_size)
+    return paths, torch.tensor(labels, dtype=torch.int64)
 
 
 def _pil() -> Any:

@@ -11,9 +11,17 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..checks import positive_int_or_none
+
+#: the most train images a seeded hold-out gives to valid (downsampled ImageNet, image folders).
+HOLDOUT = 10_000
+#: the share of train a hold-out takes when that is fewer than :data:`HOLDOUT` images.
+HOLDOUT_FRACTION = 0.1
 
 
 class ImageSplit(ABC):
@@ -136,10 +144,30 @@ class ImageData:
 
 def check_image_size(image_size: int | None) -> None:
     """Raise unless ``image_size`` is None or a positive int."""
-    if image_size is None:
-        return
-    if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-        raise ValueError(f"image_size must be a positive int, got {image_size!r}")
+    positive_int_or_none("image_size", image_size)
+
+
+def holdout_size(n: int) -> int:
+    """How many of ``n`` train images a seeded hold-out gives to valid: a tenth of them
+    (rounded, at least 1) and at most :data:`HOLDOUT` (10,000 of ImageNet's 1.28M)."""
+    return min(HOLDOUT, max(1, round(HOLDOUT_FRACTION * n)))
+
+
+def holdout_rows(n: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Rows ``0 … n − 1`` split into train and valid (:func:`holdout_size` rows, drawn by
+    ``numpy.random.default_rng(seed).permutation(n)``), each sorted so that both keep the
+    files' order. The caller checks that ``1 <= holdout_size(n) < n``."""
+    order = np.random.default_rng(seed).permutation(n)
+    held = holdout_size(n)
+    return torch.from_numpy(np.sort(order[held:])), torch.from_numpy(np.sort(order[:held]))
+
+
+def holdout_note(n: int, seed: int) -> str:
+    """How :func:`holdout_rows` made valid, for ``source["valid"]``."""
+    return (
+        f"a random {holdout_size(n)} of {n} train images (numpy default_rng({seed}); "
+        f"{HOLDOUT_FRACTION:.0%} of train, at most {HOLDOUT:,}), the rest is train"
+    )
 
 
 def split_sizes(train: ImageSplit, valid: ImageSplit, test: ImageSplit) -> dict[str, int]:
