@@ -34,6 +34,38 @@ def test_histograms_of_uniform_noise_score_about_eight_bits():
     assert bits["per_position"] > bits["marginal"]  # 400 images per position overfit noise
 
 
+def histograms_in_one_piece(train: torch.Tensor, test: torch.Tensor) -> dict[str, float]:
+    """The formula on whole splits in int64, as the function computed it before it counted
+    chunk by chunk."""
+    train_values = train.reshape(train.shape[0], -1).long()
+    test_values = test.reshape(test.shape[0], -1).long()
+    positions = train_values.shape[1]
+    marginal = torch.bincount(train_values.flatten(), minlength=256).double()
+    log_p = torch.log((marginal + 1) / (marginal.sum() + 256))
+    marginal_bits = -log_p[test_values].mean() / math.log(2)
+    offsets = torch.arange(positions) * 256
+    counts = torch.bincount((train_values + offsets).flatten(), minlength=positions * 256)
+    log_p = torch.log((counts.double() + 1) / (train_values.shape[0] + 256))
+    position_bits = -log_p[test_values + offsets].mean() / math.log(2)
+    return {"marginal": float(marginal_bits), "per_position": float(position_bits)}
+
+
+def test_histograms_of_chunks_equal_those_of_the_whole_splits(monkeypatch):
+    g = torch.Generator().manual_seed(1)
+    # skewed values, so that the two histograms differ from uniform and from each other
+    train = (torch.rand(300, 3, 4, 5, generator=g) ** 3 * 256).to(torch.uint8)
+    test = (torch.rand(70, 3, 4, 5, generator=g) ** 3 * 256).to(torch.uint8)
+    whole = histogram_bits_per_dim(train, test)
+    assert whole == pytest.approx(histograms_in_one_piece(train, test), rel=1e-12)
+    assert 1.0 < whole["marginal"] < 7.5 and whole["per_position"] != whole["marginal"]
+    # uneven chunks, an empty one, and a one-pass generator for test: the very same numbers
+    chunks = [train[:7], train[7:7], train[7:200], train[200:]]
+    assert histogram_bits_per_dim(chunks, (part for part in test.split(16))) == whole
+    # a whole tensor is counted in chunks too (the int64 copy is one chunk at a time)
+    monkeypatch.setattr("kattn.nn.image_tools.HISTOGRAM_CHUNK", 64)
+    assert histogram_bits_per_dim(train, test) == whole
+
+
 def test_histogram_inputs_are_checked():
     x = torch.zeros(2, 1, 2, 2, dtype=torch.uint8)
     with pytest.raises(ValueError, match="share"):
@@ -42,6 +74,15 @@ def test_histogram_inputs_are_checked():
         histogram_bits_per_dim(x.float(), x)
     with pytest.raises(ValueError, match="N >= 1"):
         histogram_bits_per_dim(x, x[:0])
+    with pytest.raises(ValueError, match="N >= 1"):
+        histogram_bits_per_dim([], x)
+    with pytest.raises(ValueError, match="the chunks of train must share"):
+        histogram_bits_per_dim([x, x[:, :, :1]], x)
+    shared = r"must share \(C, H, W\), got \(1, 2, 2\) and \(2, 1, 2\)"
+    with pytest.raises(ValueError, match=shared):
+        histogram_bits_per_dim(x, x.view(2, 2, 1, 2))
+    with pytest.raises(TypeError, match="uint8"):
+        histogram_bits_per_dim([x, x.float()], x)
 
 
 def test_image_grid_layout():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
+from collections.abc import Iterable
 from os import PathLike
 from pathlib import Path
 
@@ -32,9 +33,13 @@ LEVELS = 256
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: PNG colour types by number of channels: greyscale (0) and RGB (2).
 _COLOUR_TYPES = {1: 0, 3: 2}
+#: images counted at once when a whole tensor is given (their values are widened to int64).
+HISTOGRAM_CHUNK = 1024
 
 
-def histogram_bits_per_dim(train: Tensor, test: Tensor) -> dict[str, float]:
+def histogram_bits_per_dim(
+    train: Tensor | Iterable[Tensor], test: Tensor | Iterable[Tensor]
+) -> dict[str, float]:
     """Bits/dim on ``test`` of two histograms fitted on ``train`` with add-one smoothing.
 
     ``p(v) = (n_v + 1) / (N + 256)`` with ``n_v`` the training count of value v among N:
@@ -42,31 +47,69 @@ def histogram_bits_per_dim(train: Tensor, test: Tensor) -> dict[str, float]:
     * ``"marginal"``: one histogram of every sub-pixel value of every training image;
     * ``"per_position"``: one histogram for each (channel, row, column).
 
+    Both splits are read chunk by chunk into counts (256 per position, ``C·H·W·256`` in
+    all), only a chunk at a time widened to int64, and the test score is the dot product of
+    the test counts with ``−log2 p``: a split never needs to be in memory at once (ImageNet32's
+    train split as int64 would take 31 GB), and the result does not depend on the chunks.
+
     Args:
-        train: uint8 ``(N, C, H, W)``, N >= 1; test: uint8 ``(M, C, H, W)``, M >= 1.
+        train: uint8 ``(N, C, H, W)``, or an iterable of such chunks (``(n, C, H, W)``, one
+            ``(C, H, W)`` for all), N >= 1 in all; test: the same for the ``M >= 1`` images
+            scored.
 
     Returns:
         ``{"marginal": bits, "per_position": bits}``: the mean over test sub-pixels of
         ``−log2 p``.
     """
-    _check_images("train", train)
-    _check_images("test", test)
-    if train.shape[1:] != test.shape[1:]:
-        raise ValueError(
-            f"train and test images must share (C, H, W), got {tuple(train.shape[1:])} and "
-            f"{tuple(test.shape[1:])}"
-        )
-    train_values = train.reshape(train.shape[0], -1).long().cpu()  # (N, C·H·W)
-    test_values = test.reshape(test.shape[0], -1).long().cpu()
-    positions = train_values.shape[1]
-    marginal = torch.bincount(train_values.flatten(), minlength=LEVELS).double()
+    train_counts, n_train, shape = _position_counts("train", train, None)
+    positions = train_counts.shape[0]
+    test_counts, n_test, _ = _position_counts("test", test, shape)
+    marginal = train_counts.sum(0).double()  # (256,)
     log_p = torch.log((marginal + 1) / (marginal.sum() + LEVELS))
-    marginal_bits = -log_p[test_values].mean() / math.log(2)
-    offsets = torch.arange(positions) * LEVELS  # one block of 256 counts per position
-    counts = torch.bincount((train_values + offsets).flatten(), minlength=positions * LEVELS)
-    log_p = torch.log((counts.double() + 1) / (train_values.shape[0] + LEVELS))
-    position_bits = -log_p[test_values + offsets].mean() / math.log(2)
-    return {"marginal": float(marginal_bits), "per_position": float(position_bits)}
+    marginal_nats = -(test_counts.sum(0).double() * log_p).sum()
+    log_p = torch.log((train_counts.double() + 1) / (n_train + LEVELS))  # (positions, 256)
+    position_nats = -(test_counts.double() * log_p).sum()
+    scored = n_test * positions * math.log(2)
+    return {
+        "marginal": float(marginal_nats / scored),
+        "per_position": float(position_nats / scored),
+    }
+
+
+def _position_counts(
+    name: str, images: Tensor | Iterable[Tensor], shape: tuple[int, ...] | None
+) -> tuple[Tensor, int, tuple[int, ...]]:
+    """The count of each value at each position, ``(C·H·W, 256)`` int64, the number of
+    images and their ``(C, H, W)``, over the chunks of ``images``; ``shape``: the
+    ``(C, H, W)`` they must have (train's), or None."""
+    chunks: Iterable[Tensor] = (
+        images.split(HISTOGRAM_CHUNK) if isinstance(images, Tensor) else images
+    )
+    counts: Tensor | None = None
+    seen: tuple[int, ...] | None = None
+    total = 0
+    for chunk in chunks:
+        _check_images(name, chunk, empty=True)
+        if seen is None:
+            seen = tuple(chunk.shape[1:])
+            if shape is not None and seen != shape:
+                raise ValueError(
+                    f"train and test images must share (C, H, W), got {shape} and {seen}"
+                )
+            counts = torch.zeros(math.prod(seen) * LEVELS, dtype=torch.int64)
+        elif tuple(chunk.shape[1:]) != seen:
+            raise ValueError(
+                f"the chunks of {name} must share (C, H, W), got {seen} and "
+                f"{tuple(chunk.shape[1:])}"
+            )
+        assert counts is not None
+        values = chunk.flatten(1).cpu().long()  # (n, C·H·W), this chunk only
+        offsets = torch.arange(values.shape[1]) * LEVELS  # one block of 256 per position
+        counts += torch.bincount((values + offsets).flatten(), minlength=counts.numel())
+        total += chunk.shape[0]
+    if counts is None or seen is None or total == 0:
+        raise ValueError(f"{name} must hold images (N, C, H, W) with N >= 1, got none")
+    return counts.view(-1, LEVELS), total, seen
 
 
 def image_grid(images: Tensor, nrow: int = 8, *, padding: int = 2, pad_value: int = 0) -> Tensor:
@@ -132,13 +175,15 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
 
 
-def _check_images(name: str, images: Tensor) -> None:
+def _check_images(name: str, images: Tensor, *, empty: bool = False) -> None:
+    """``TypeError`` unless uint8, ``ValueError`` unless ``(N, C, H, W)`` with ``N >= 1`` (or
+    ``N = 0`` when ``empty``)."""
     if not isinstance(images, Tensor) or images.dtype != torch.uint8:
         raise TypeError(
             f"{name} must be a uint8 tensor (N, C, H, W), got "
             f"{getattr(images, 'dtype', type(images).__name__)}"
         )
-    if images.dim() != 4 or images.shape[0] == 0:
+    if images.dim() != 4 or (images.shape[0] == 0 and not empty):
         raise ValueError(
             f"{name} must be (N, C, H, W) with N >= 1, got shape {tuple(images.shape)}"
         )
