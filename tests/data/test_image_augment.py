@@ -151,28 +151,64 @@ def test_randaugment_needs_torchvision(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class FakeRandAugment:
-    """Stands in for torchvision's RandAugment: adds a draw of torch's global generator to
-    one (C, H, W) uint8 image."""
+    """Stands in for torchvision's RandAugment: adds a draw of torch's global generator, up to
+    5·magnitude, to one (C, H, W) uint8 image."""
 
-    def __init__(self, num_ops: int, magnitude: int) -> None:
+    def __init__(self, num_ops: int, magnitude: int, num_magnitude_bins: int = 31) -> None:
         self.magnitude = magnitude
+        self.num_magnitude_bins = num_magnitude_bins
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         assert image.dtype == torch.uint8 and image.ndim == 3
-        shift = torch.randint(0, self.magnitude, ())
+        shift = torch.randint(0, 5 * self.magnitude, ())
         return (image.int() + shift).clamp(0, 255).to(torch.uint8)
 
 
-def test_randaugment_per_image_and_seeded(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def fake_torchvision(monkeypatch: pytest.MonkeyPatch) -> None:
     v2 = types.ModuleType("torchvision.transforms.v2")
     v2.RandAugment = FakeRandAugment  # type: ignore[attr-defined]
     for name in ("torchvision", "torchvision.transforms"):
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "torchvision.transforms.v2", v2)
     monkeypatch.setattr(sys.modules["torchvision.transforms"], "v2", v2, raising=False)
+
+
+@pytest.mark.usefixtures("fake_torchvision")
+def test_randaugment_magnitude_counts_in_tenths_as_timm() -> None:
+    augment = Augment(4, randaugment=(2, 9), num_classes=5)
+    assert isinstance(augment.randaugment, FakeRandAugment)
+    # 11 bins: magnitude 9 is 9/10 of each range (timm's rand-m9, DeiT), not torchvision's 9/30
+    assert augment.randaugment.num_magnitude_bins == 11 and augment.randaugment.magnitude == 9
+    for bad in (11, -1, 2.5, True):
+        with pytest.raises(ValueError, match=r"magnitude must be an int in \[0, 10\]"):
+            Augment(4, randaugment=(2, bad), num_classes=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_ops must be a positive int"):
+        Augment(4, randaugment=(0, 9), num_classes=5)
+
+
+@pytest.mark.usefixtures("fake_torchvision")
+def test_randaugment_seeds_only_the_cpu_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.manual_seed would reseed CUDA's generators too (and fork_rng(devices=[]) would not
+    restore them): the augmentation must never call it."""
+
+    def refuse(seed: int) -> None:
+        raise AssertionError("torch.manual_seed reseeds every CUDA generator")
+
+    monkeypatch.setattr(torch, "manual_seed", refuse)
+    monkeypatch.setattr(torch.random, "manual_seed", refuse)
+    images = torch.full((4, 3, 4, 4), 100, dtype=torch.uint8)
+    augment = Augment(4, crop_scale=(1.0, 1.0), randaugment=(2, 9), num_classes=5)
+    first, _ = augment(images, torch.arange(4), gen(7))
+    second, _ = augment(images, torch.arange(4), gen(7))
+    assert torch.equal(first, second) and not torch.equal(first, images.float() / 255)
+
+
+@pytest.mark.usefixtures("fake_torchvision")
+def test_randaugment_per_image_and_seeded() -> None:
     images = torch.full((8, 3, 4, 4), 100, dtype=torch.uint8)
     labels = torch.arange(8) % 5
-    augment = Augment(4, crop_scale=(1.0, 1.0), randaugment=(2, 50), num_classes=5)
+    augment = Augment(4, crop_scale=(1.0, 1.0), randaugment=(2, 10), num_classes=5)
     state = torch.get_rng_state()
     first, _ = augment(images, labels, gen(7))
     assert torch.equal(torch.get_rng_state(), state)  # the global generator is left alone

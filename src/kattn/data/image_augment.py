@@ -8,8 +8,14 @@ of ``image_size × image_size`` and targets, in this order (timm's):
    ``F.interpolate(mode="bilinear", antialias=True)``.
 2. Horizontal flip with probability 1/2.
 3. RandAugment (Cubuk et al. 2020), only through torchvision's ``transforms.v2.RandAugment``
-   (the ``vision`` extra), per image, with torch's global generator forked and seeded from
-   the given generator.
+   (the ``vision`` extra), per image. Its magnitude counts in tenths of each operation's range
+   (:data:`RANDAUGMENT_BINS` = 11 bins, 0 … 10), as timm's ``rand-mM`` that DeiT uses
+   (``rand-m9-mstd0.5-inc1``; timm's magnitudes are out of 10), so ``(2, 9)`` is DeiT's
+   strength; torchvision's default of 31 bins would make magnitude 9 about three times
+   weaker. (timm's per-draw magnitude noise, ``mstd0.5``, is not reproduced.) torchvision
+   draws from torch's CPU generator, which is forked and seeded from the given generator
+   for the call; no other generator (CUDA's, used by dropout and random-feature redraws) is
+   touched.
 4. Mixup (Zhang et al. 2018) or CutMix (Yun et al. 2019), as timm's batch mode does: one
    ``λ ~ Beta(α, α)`` per batch, every image mixed with its partner in the batch reversed
    (``x.flip(0)``). Mixup blends ``λ·x + (1 − λ)·x.flip(0)``; CutMix pastes a box of
@@ -31,11 +37,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..checks import is_positive_int, positive_int
+
 #: ImageNet's per-channel mean and standard deviation of RGB in [0, 1] (torchvision, timm).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 #: the aspect ratios (w / h) a random resized crop draws from, log-uniformly.
 CROP_RATIO = (3 / 4, 4 / 3)
+#: RandAugment's ``num_magnitude_bins``: magnitudes 0 … 10, each a tenth of an operation's
+#: range, as timm's (whose ``rand-m9`` DeiT trains with).
+RANDAUGMENT_BINS = 11
 _CROP_TRIES = 10
 
 
@@ -97,7 +108,8 @@ class Augment:
         image_size: the side of the output images.
         crop_scale: the range of the crop's area as a fraction of the image's.
         flip: flip horizontally with probability 1/2.
-        randaugment: ``(num_ops, magnitude)`` of RandAugment (needs torchvision), or None.
+        randaugment: ``(num_ops, magnitude)`` of RandAugment (needs torchvision), or None;
+            the magnitude is out of 10, as timm's ``rand-mM`` (DeiT: ``(2, 9)``).
         mixup: α of mixup's Beta(α, α); 0 turns it off.
         cutmix: α of CutMix's Beta(α, α); 0 turns it off.
         num_classes: the width of soft targets.
@@ -114,8 +126,7 @@ class Augment:
         cutmix: float = 0.0,
         num_classes: int,
     ) -> None:
-        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 1:
-            raise ValueError(f"image_size must be a positive int, got {image_size!r}")
+        positive_int("image_size", image_size)
         lo, hi = crop_scale
         if not 0 < lo <= hi <= 1:
             raise ValueError(f"crop_scale must satisfy 0 < low <= high <= 1, got {crop_scale}")
@@ -183,8 +194,10 @@ class Augment:
         assert self.randaugment is not None
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
         pixels = (batch * 255).round_().to(torch.uint8)
+        # Only the CPU generator, which torchvision draws from: torch.manual_seed would also
+        # reseed every CUDA generator, and fork_rng(devices=[]) would not restore those.
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)
             pixels = torch.stack([self.randaugment(image) for image in pixels])
         return pixels.float().div_(255)
 
@@ -224,10 +237,19 @@ def _cutmix_box(
 
 
 def _randaugment(num_ops: int, magnitude: int) -> Any:
+    """torchvision's RandAugment with :data:`RANDAUGMENT_BINS` bins (magnitude out of 10)."""
+    if not is_positive_int(num_ops):
+        raise ValueError(f"randaugment's num_ops must be a positive int, got {num_ops!r}")
+    top = RANDAUGMENT_BINS - 1
+    if isinstance(magnitude, bool) or not isinstance(magnitude, int) or not 0 <= magnitude <= top:
+        raise ValueError(
+            f"randaugment's magnitude must be an int in [0, {top}] (tenths of each "
+            f"operation's range, as timm's rand-mM; DeiT uses 9), got {magnitude!r}"
+        )
     try:
         from torchvision.transforms import v2
     except ImportError as err:
         raise ImportError(
             "randaugment uses torchvision's transforms.v2.RandAugment: pip install 'kattn[vision]'"
         ) from err
-    return v2.RandAugment(num_ops=num_ops, magnitude=magnitude)
+    return v2.RandAugment(num_ops=num_ops, magnitude=magnitude, num_magnitude_bins=RANDAUGMENT_BINS)
