@@ -1,6 +1,6 @@
 """The embedded shape set: deterministic files (same sha256 twice), balanced classes, written
-in CIFAR-10's layout and read back through the CIFAR reader, and classes that the mean colour
-does not give away."""
+in CIFAR-10's layout and read back through the CIFAR reader, classes that the mean colour
+does not give away, and no temporary folder left by a failed or lost first write."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from kattn.data import SHAPE_CLASSES, embedded_images, generate_shapes, load_images
+from kattn.data import SHAPE_CLASSES, embedded_images, generate_shapes, image_embedded, load_images
 from kattn.data.image_embedded import EMBEDDED_IMAGES, EMBEDDED_IMAGES_VERSION
+from kattn.data.images_cifar import write_cifar10
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +92,38 @@ def test_generate_shapes_seeded() -> None:
     assert np.bincount(labels).tolist() == [5] * 10
     with pytest.raises(ValueError, match="max_radius"):
         generate_shapes(10, seed=0, max_radius=20.0)
+
+
+@pytest.fixture
+def tiny_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache under ``tmp_path`` and an embedded set of 50 + 10 images (fast to write)."""
+    monkeypatch.setenv("KATTN_CACHE", str(tmp_path))
+    monkeypatch.setitem(EMBEDDED_IMAGES, "num_train", 50)
+    monkeypatch.setitem(EMBEDDED_IMAGES, "num_test", 10)
+    return tmp_path / "images"
+
+
+def test_a_failed_write_leaves_no_temporary_folder(
+    tiny_set: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def write_then_fail(folder: Path, *args: object) -> None:
+        write_cifar10(folder, *args)  # type: ignore[arg-type]
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(image_embedded, "write_cifar10", write_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        embedded_images()
+    assert list(tiny_set.iterdir()) == []  # neither the set nor its .tmpPID folder
+
+
+def test_losing_the_rename_to_another_process_leaves_no_temporary_folder(
+    tiny_set: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def write_while_another_finishes(folder: Path, *args: object) -> None:
+        write_cifar10(folder, *args)  # type: ignore[arg-type]
+        write_cifar10(embedded_images(create=False), *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(image_embedded, "write_cifar10", write_while_another_finishes)
+    folder = embedded_images()
+    assert [p.name for p in tiny_set.iterdir()] == [folder.name]  # the winner's set only
+    assert len(load_images(None).train) == 45

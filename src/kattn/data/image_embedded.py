@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,8 @@ def embedded_images(create: bool = True) -> Path:
     """The folder of the embedded image set, generated there (once) when ``create``.
 
     Written to a temporary folder and renamed, so a concurrent or interrupted first use never
-    leaves a half-written set behind. Generation takes about a second.
+    leaves a half-written set behind; the temporary folder is removed when the write fails or
+    another process renamed its own first. Generation takes about a second.
     """
     key = hashlib.sha256(json.dumps(EMBEDDED_IMAGES, sort_keys=True).encode()).hexdigest()
     folder = cache_dir() / "images" / f"shapes10-v{EMBEDDED_IMAGES_VERSION}-{key[:12]}"
@@ -142,19 +144,22 @@ def embedded_images(create: bool = True) -> Path:
         )
         test, test_labels = generate_shapes(EMBEDDED_IMAGES["num_test"], seed=[seed, 1], **params)
         partial = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-        write_cifar10(
-            partial,
-            train.reshape(len(train), -1),
-            train_labels,
-            test.reshape(len(test), -1),
-            test_labels,
-            list(SHAPE_CLASSES),
-        )
         try:
-            partial.rename(folder)
-        except OSError:  # another process finished first
-            if not (folder / META_FILE).exists():
-                raise
+            write_cifar10(
+                partial,
+                train.reshape(len(train), -1),
+                train_labels,
+                test.reshape(len(test), -1),
+                test_labels,
+                list(SHAPE_CLASSES),
+            )
+            try:
+                partial.rename(folder)
+            except OSError:  # another process finished first
+                if not (folder / META_FILE).exists():
+                    raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)  # gone already after the rename
     return folder
 
 
