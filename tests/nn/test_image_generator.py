@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kattn import positional
 from kattn.nn import GENERATOR_PRESETS, ImageGenerator
 
 C, H, W = 3, 3, 4
@@ -20,6 +21,9 @@ MODELS = {
     "nprf_rpe-toeplitz2d": {"mechanism": "nprf_rpe", "rpe": "toeplitz2d", "positions": "none"},
     "nprf_rpe-toeplitz2d-fft": {
         "mechanism": "nprf_rpe", "rpe": "toeplitz2d", "rpe_method": "fft", "positions": "none"
+    },
+    "softmax_rpe-toeplitz2d": {
+        "mechanism": "softmax_rpe", "rpe": "toeplitz2d", "positions": "none"
     },
 }  # fmt: skip
 
@@ -58,12 +62,21 @@ def test_the_grid_is_rows_by_subpixel_columns():
     net = model()
     assert net.grid == (H, W * C)
     assert all(a.rpe.grid == (H, W * C) for a in net.lm.attentions())
-    with pytest.raises(ValueError, match=r"grid=\(4, 9\) is not the sub-pixel grid"):
+    with pytest.raises(ValueError, match=r"grid=\(4, 9\) disagrees with the sub-pixel grid"):
         ImageGenerator(image_size=(H, W), channels=C, **SHAPE, mechanism="nprf_rpe",
                        rpe="toeplitz2d", grid=(4, 9))  # fmt: skip
     ok = ImageGenerator(image_size=(H, W), channels=C, **SHAPE, mechanism="nprf_rpe",
                         rpe="toeplitz2d", grid=(H, W * C))  # fmt: skip
     assert ok.lm.attentions()[0].rpe.grid == (H, W * C)
+
+
+def test_a_2d_encoding_module_must_have_the_sub_pixel_grid():
+    rpe = positional.build("toeplitz2d", num_heads=2, grid=(H, W * C))
+    net = ImageGenerator(image_size=(H, W), channels=C, **SHAPE, mechanism="nprf_rpe", rpe=rpe)
+    assert all(a.rpe is rpe for a in net.lm.attentions())
+    other = positional.build("toeplitz2d", num_heads=2, grid=(W * C, H))
+    with pytest.raises(ValueError, match=r"module's grid \(12, 3\) disagrees with the sub-pixel"):
+        ImageGenerator(image_size=(H, W), channels=C, **SHAPE, mechanism="nprf_rpe", rpe=other)
 
 
 def test_the_input_carries_the_channel_being_predicted():
@@ -76,6 +89,23 @@ def test_the_input_carries_the_channel_being_predicted():
     channels = torch.arange(5, 12) % C  # the channel of sub-pixel t is t mod C
     expected = model().lm.channel.weight[channels]
     torch.testing.assert_close(added[0], expected)
+
+
+def test_the_embedding_dropout_follows_the_channel_term():
+    """Drop(token + position + channel): an element dropped is 0, the channel term included."""
+    torch.manual_seed(0)
+    net = ImageGenerator(image_size=(H, W), channels=C, **SHAPE, dropout=0.5).double().train()
+    tokens = torch.randint(0, 257, (2, 9), generator=torch.Generator().manual_seed(4))
+    torch.manual_seed(5)
+    got = net.lm.embed(tokens, start=4)
+    undropped = net.lm.encoder.embedding(tokens) + net.lm.encoder.position.weight[4:13]
+    undropped = undropped + net.lm.channel.weight[torch.arange(4, 13) % C]
+    torch.manual_seed(5)
+    expected = F.dropout(undropped, 0.5, training=True)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert 0.3 < float((got == 0).double().mean()) < 0.7
+    keys = set(net.state_dict())  # no new state: the keys of the language model and channel
+    assert "lm.channel.weight" in keys and not any("dropout" in k for k in keys)
 
 
 @pytest.mark.parametrize("case", ["nprf_rpe-toeplitz2d", "nprf_rpe-toeplitz2d-fft"])
@@ -102,6 +132,23 @@ def test_step_logits_equal_the_forward_at_every_position(case):
         for t in range(1, L):
             step, state = net.lm.step(tokens[:, t], state)
             rows.append(step[:, None, :256])
+    torch.testing.assert_close(torch.cat(rows, dim=1), expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["softmax", "nprf_rpe-toeplitz2d", "softmax_rpe-toeplitz2d"])
+def test_chunked_prefill_then_steps_equal_the_forward(case):
+    """Prefill 5 tokens, then 12 more from that state, then one step per token."""
+    net, x = model(case), images()
+    tokens = net.inputs(x)
+    with torch.no_grad():
+        expected = net(x)
+        first, state = net.lm.prefill(tokens[:, :5])
+        second, state = net.lm.prefill(tokens[:, 5:17], state)
+        rows = [first[..., :256], second[..., :256]]
+        for t in range(17, L):
+            step, state = net.lm.step(tokens[:, t], state)
+            rows.append(step[:, None, :256])
+    assert state.position == L
     torch.testing.assert_close(torch.cat(rows, dim=1), expected, rtol=1e-9, atol=1e-9)
 
 

@@ -268,6 +268,7 @@ def test_deit_presets_have_the_deit_parameter_counts():
         assert sum(p.numel() for p in cls.parameters()) == count
         assert sum(p.numel() for p in gap.parameters()) == count - 2 * dim
         assert cls.grid == (14, 14) and len(cls.layers) == 12
+        assert gap.pooling == "gap"  # the presets pool as Luo et al. 2021 (Swin), not DeiT
 
 
 def test_presets_build_and_run():

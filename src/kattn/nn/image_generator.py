@@ -26,11 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..checks import is_positive_int, positive_int
-from ..positional import Toeplitz2dBias
-from ..registry import spec
+from ..checks import positive_int
 from .causal_lm import CausalLM, _checked
 from .generation import check_sampling, sample_next
+from .image_grid import image_size as parse_image_size
+from .image_grid import with_grid
 
 #: values of one sub-pixel; the start token is the id after them.
 LEVELS = 256
@@ -66,7 +66,8 @@ GENERATOR_PRESETS: dict[str, dict[str, Any]] = {
 class SubPixelLM(CausalLM):
     """:class:`~kattn.nn.CausalLM` whose input at position t also carries a learned
     embedding of the channel predicted there (``t mod channels``); decoding (prefill, step)
-    and the parallel forward both add it."""
+    and the parallel forward both add it, before the embedding dropout:
+    ``Drop(token + position + channel)``."""
 
     def __init__(self, vocab_size: int, max_len: int, *, channels: int, **kwargs: Any) -> None:
         super().__init__(vocab_size, max_len, **kwargs)
@@ -74,11 +75,15 @@ class SubPixelLM(CausalLM):
         dim = self.embedding.embedding_dim
         self.channel = nn.Embedding(channels, dim)
         nn.init.normal_(self.channel.weight, std=kwargs.get("embedding_std", 0.02))
+        # The encoder's embedding dropout moves here, after the channel term; a Dropout holds
+        # no state, so the state_dict keys are those of CausalLM plus ``channel.weight``.
+        self.embed_dropout = self.encoder.dropout
+        self.encoder.add_module("dropout", nn.Identity())
 
     def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
-        x = super().embed(tokens, start)
+        x = super().embed(tokens, start)  # token + position, no dropout yet
         which = torch.arange(start, start + tokens.shape[1], device=x.device) % self.channels
-        return x + self.channel(which).to(x.dtype)
+        return self.embed_dropout(x + self.channel(which).to(x.dtype))
 
     def forward(self, tokens: Tensor) -> Tensor:
         x = self.embed(_checked(tokens))
@@ -122,7 +127,7 @@ class ImageGenerator(nn.Module):
         **options: Any,
     ) -> None:
         super().__init__()
-        self.height, self.width = _image_size(image_size)
+        self.height, self.width = parse_image_size(image_size)
         self.channels = positive_int("channels", channels)
         if positions not in IMAGE_POSITIONS:
             raise ValueError(f"positions must be one of {IMAGE_POSITIONS}, got {positions!r}")
@@ -141,7 +146,7 @@ class ImageGenerator(nn.Module):
             positions=positions,
             dropout=dropout,
             attention_dropout=attention_dropout,
-            **grid_options(mechanism, options, self.grid),
+            **with_grid(mechanism, options, self.grid, what="the sub-pixel grid (H, W·C) ="),
         )
 
     @classmethod
@@ -261,36 +266,3 @@ def raster_subpixels(images: Tensor) -> Tensor:
     """``(B, C, H, W)`` images → their sub-pixels in (row, column, channel) order,
     ``(B, H·W·C)`` int64: the targets of :class:`ImageGenerator`, position by position."""
     return images.permute(0, 2, 3, 1).reshape(images.shape[0], -1).long()
-
-
-def grid_options(mechanism: str, options: dict[str, Any], grid: tuple[int, int]) -> dict[str, Any]:
-    """``options`` with ``grid`` filled in when they (or the mechanism's defaults) name the
-    2-D encoding; ``ValueError`` if a given grid, or a given ``Toeplitz2dBias``'s, differs."""
-    rpe = {**spec(mechanism).defaults, **options}.get("rpe")
-    if isinstance(rpe, Toeplitz2dBias):
-        if rpe.grid != grid:
-            raise ValueError(
-                f"the rpe module's grid {rpe.grid} is not the sub-pixel grid (H, W·C) = {grid}"
-            )
-        return options
-    if rpe != "toeplitz2d":
-        return options
-    given = options.get("grid")
-    if given is not None and tuple(given) != grid:
-        raise ValueError(
-            f"grid={tuple(given)!r} is not the sub-pixel grid (H, W·C) = {grid} that the "
-            "2-D relative positions of an image model need: leave grid out, the model sets it"
-        )
-    return {**options, "grid": grid}
-
-
-def _image_size(image_size: int | tuple[int, int]) -> tuple[int, int]:
-    if isinstance(image_size, int) and is_positive_int(image_size):
-        return image_size, image_size
-    if (
-        isinstance(image_size, (tuple, list))
-        and len(image_size) == 2
-        and all(is_positive_int(s) for s in image_size)
-    ):
-        return int(image_size[0]), int(image_size[1])
-    raise ValueError(f"image_size must be a positive int or (H, W), got {image_size!r}")

@@ -24,7 +24,9 @@ from torch import Tensor, nn
 from .. import positional
 from ..checks import boolean, is_positive_int
 from ..registry import spec
-from .encoder import EncoderLayer, shared_rpe_options
+from .encoder import DropPath, EncoderLayer, shared_rpe_options
+from .image_grid import image_size as parse_image_size
+from .image_grid import planar_encoding, with_grid
 
 #: ``pooling`` options of :class:`VisionTransformer`.
 POOLINGS = ("gap", "cls")
@@ -35,6 +37,10 @@ VIT_POSITIONS = ("learned", "none")
 #: patches, 1,000 classes and stochastic depth 0.1; ``small`` is a CPU-sized model for 32×32
 #: images (CIFAR-10) in 4×4 patches. The kernelized runs of Luo et al. 2021, §4.4 use
 #: M = 32 random features: add ``mechanism="nprf_rpe", rpe="toeplitz2d", num_features=32``.
+#: Every preset keeps the model's default ``pooling="gap"``, global average pooling over the
+#: patches: the paper's choice (Luo et al. 2021, Appendix A.4, following Swin), not DeiT's
+#: class token, so ``deit-*`` are DeiT's sizes rather than DeiT's exact models; add
+#: ``pooling="cls"`` for those (with learned positions and no 2-D relative encoding).
 VIT_PRESETS: dict[str, dict[str, Any]] = {
     "deit-tiny": {"image_size": 224, "patch_size": 16, "num_classes": 1000, "dim": 192,
                   "num_layers": 12, "num_heads": 3, "ffn_dim": 768, "drop_path": 0.1},
@@ -65,8 +71,10 @@ class VisionTransformer(nn.Module):
         positions: ``"learned"`` absolute positions of the tokens (DeiT) or ``"none"``.
         rpe_shared: build a named relative encoding once, shared by every block, or one per
             block (False).
-        drop_path: stochastic depth of the last block; block i of n drops its residual
-            branches with probability ``drop_path · i / (n − 1)`` (DeiT).
+        drop_path: the top rate of stochastic depth: block i of n (from 0) drops its
+            residual branches with probability ``drop_path · i / (n − 1)``, DeiT's
+            ``linspace(0, drop_path, n)``, so the last block of several gets ``drop_path``
+            and a single block 0.
         dropout: after the positions, on the attention output and in the MLP;
             attention_dropout: on the attention weights (mechanisms that have them).
         norm_first: pre-LN blocks and a final LayerNorm (default), or post-LN blocks.
@@ -103,13 +111,8 @@ class VisionTransformer(nn.Module):
             if not is_positive_int(value):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         boolean("rpe_shared", rpe_shared)
-        if (
-            isinstance(drop_path, bool)
-            or not isinstance(drop_path, (int, float))
-            or not 0.0 <= drop_path <= 1.0
-        ):
-            raise ValueError(f"drop_path must be a probability in [0, 1], got {drop_path!r}")
-        self.image_size = _image_size(image_size)
+        top_rate = DropPath(drop_path).p  # DropPath checks the rate
+        self.image_size = parse_image_size(image_size)
         self.grid = patch_grid(self.image_size, patch_size)
         self.in_channels, self.pooling = in_channels, pooling
         num_patches = self.grid[0] * self.grid[1]
@@ -138,7 +141,7 @@ class VisionTransformer(nn.Module):
                 dropout=dropout,
                 attention_dropout=attention_dropout,
                 norm_first=norm_first,
-                drop_path=drop_path * (i / last),
+                drop_path=top_rate * (i / last),
                 **options,
             )
             for i in range(num_layers)
@@ -212,13 +215,6 @@ def patch_grid(image_size: tuple[int, int], patch_size: int) -> tuple[int, int]:
     return h // patch_size, w // patch_size
 
 
-def _image_size(image_size: int | tuple[int, int]) -> tuple[int, int]:
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    if len(size) != 2 or not all(is_positive_int(s) for s in size):
-        raise ValueError(f"image_size must be a positive int or (H, W), got {image_size!r}")
-    return size[0], size[1]
-
-
 def _with_grid(
     mechanism: str,
     options: dict[str, Any],
@@ -226,30 +222,19 @@ def _with_grid(
     pooling: str,
     rpe_shared: bool,
 ) -> dict[str, Any]:
-    """``options`` with ``grid`` set for a 2-D relative encoding (one whose options include
-    ``grid``, or a module with a ``grid``); refuses a disagreeing grid and the class token."""
+    """``options`` with ``grid`` set for a 2-D relative encoding
+    (:func:`~kattn.nn.image_grid.with_grid`); refuses an encoding module with
+    ``rpe_shared=False`` and the class token with a 2-D encoding."""
     rpe = {**spec(mechanism).defaults, **options}.get("rpe")
-    if isinstance(rpe, positional.RelativePositionBias):
-        if not rpe_shared:
-            raise ValueError(
-                "rpe_shared=False builds one relative encoding per block, but rpe is a module "
-                "already (one encoding for every block): pass the encoding's name instead"
-            )
-        given = getattr(rpe, "grid", None)
-        if given is None:
-            return options
-    elif isinstance(rpe, str) and "grid" in positional.option_names(rpe):
-        given = options.get("grid")
-        options = {**options, "grid": grid}
-    else:
-        return options
-    if given is not None and tuple(given) != grid:
+    if isinstance(rpe, positional.RelativePositionBias) and not rpe_shared:
         raise ValueError(
-            f"grid={tuple(given)} disagrees with the patch grid {grid} of these images: "
-            "leave grid out, the model sets it"
+            "rpe_shared=False builds one relative encoding per block, but rpe is a module "
+            "already (one encoding for every block): pass the encoding's name instead"
         )
-    if pooling == "cls":
-        name = rpe if isinstance(rpe, str) else type(rpe).__name__
+    options = with_grid(mechanism, options, grid, what="the patch grid")
+    planar = planar_encoding(mechanism, options)
+    if planar is not None and pooling == "cls":
+        name = planar if isinstance(planar, str) else type(planar).__name__
         raise ValueError(
             f"pooling='cls' cannot be used with the 2-D relative encoding {name!r}: the class "
             "token is not a cell of the patch grid, so it has no (Δrow, Δcol) offset to the "
