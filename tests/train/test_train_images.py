@@ -14,10 +14,17 @@ import numpy as np
 import pytest
 import torch
 
+from kattn.data import normalize
 from kattn.data.images_cifar import write_cifar10
+from kattn.nn.image_tools import histogram_bits_per_dim
 from kattn.train import apply_overrides, load_trained_model, preset
 from kattn.train.config import RunConfig
-from kattn.train.images import ImageClassification, image_attention_options
+from kattn.train.images import (
+    ImageClassification,
+    ImageGeneration,
+    image_attention_options,
+    majority_share,
+)
 from kattn.train.loop import evaluate_run, train
 from kattn.train.validation import validate
 
@@ -66,6 +73,7 @@ def test_image_classification_runs_and_reports_top5(cifar_dir: Path, tmp_path: P
     assert 0.0 <= results["test_accuracy"] <= results["test_top5_accuracy"] <= 1.0
     assert results["majority_baseline"] == pytest.approx(0.25)  # 10 of each of 4 classes
     assert results["attention_options"]["rpe"] == "toeplitz2d"  # the image's 2-D positions
+    assert results["majority_baseline"] == majority_share(ImageClassification.load_data(config))
     assert results["data"]["format"]
     again = evaluate_run(tmp_path / "run", "test", device="cpu")
     assert again["accuracy"] == pytest.approx(results["test_accuracy"])
@@ -73,13 +81,14 @@ def test_image_classification_runs_and_reports_top5(cifar_dir: Path, tmp_path: P
     assert type(model).__name__ == "VisionTransformer" and read.data.task == config.data.task
 
 
-def test_image_generation_beats_nothing_yet_but_reports_baselines_and_samples(
-    cifar_dir: Path, tmp_path: Path
-) -> None:
+def test_image_generation_reports_baselines_and_samples(cifar_dir: Path, tmp_path: Path) -> None:
     config = tiny("image-generation", cifar_dir, "attention.name=nprf_rpe")
     results = train(config, tmp_path / "run", progress=False)
     assert results["uniform_bits_per_dim"] == 8.0
-    assert set(results["histogram_bits_per_dim"]) == {"marginal", "per_position"}
+    data = ImageGeneration.load_data(config)
+    everything = (data.train.images(torch.arange(len(data.train))),
+                  data.test.images(torch.arange(len(data.test))))  # fmt: skip
+    assert results["histogram_bits_per_dim"] == pytest.approx(histogram_bits_per_dim(*everything))
     assert 0.0 < results["test_bits_per_dim"] < 9.0
     assert results["test_bits_per_dim"] == pytest.approx(results["test_loss"] / np.log(2))
     png = (tmp_path / "run" / results["samples"]).read_bytes()
@@ -93,12 +102,61 @@ def test_image_generation_beats_nothing_yet_but_reports_baselines_and_samples(
     assert saved["samples"] == "samples.png"
 
 
+def test_a_mechanism_that_cannot_decode_finishes_without_samples(
+    cifar_dir: Path, tmp_path: Path
+) -> None:
+    config = tiny("image-generation", cifar_dir, "attention.name=longformer", "train.steps=2")
+    config.attention.options.clear()  # longformer has no random features
+    results = train(config, tmp_path / "run", progress=False)
+    assert results["samples"] is None and "no decoding state" in results["samples_skipped"]
+    assert not (tmp_path / "run" / "samples.png").exists()
+    assert (tmp_path / "run" / "results.json").is_file()
+
+
+class _Fixed(torch.nn.Module):
+    """Logits that put each image's label at rank ``label + 1`` (of 10): the label is in the
+    top 5 exactly for labels 0–3, never first."""
+
+    def __init__(self, labels: dict[bytes, int]) -> None:
+        super().__init__()
+        self.labels = labels
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        out = []
+        for image in images:
+            label = self.labels[image.numpy().tobytes()]
+            order = [c for c in range(10) if c != label]
+            order.insert(label + 1, label)
+            logits = torch.zeros(10)
+            logits[torch.tensor(order)] = torch.arange(10, 0, -1, dtype=torch.float)
+            out.append(logits)
+        return torch.stack(out)
+
+
+def test_top5_counts_a_label_among_the_five_best_logits(cifar_dir: Path) -> None:
+    config = tiny("image-classification", cifar_dir)
+    objective = ImageClassification(config, ImageClassification.load_data(config))
+    lookup = {}
+    for split in ("valid", "test"):
+        part = getattr(objective.data, split)
+        for i in range(len(part)):
+            batch = objective.batch(split, torch.tensor([i]), torch.device("cpu"))
+            lookup[batch["images"][0].numpy().tobytes()] = int(part.labels[i])
+    assert len(lookup) == len(objective.data.valid) + len(objective.data.test)  # keys unique
+    found = objective.final_results(_Fixed(lookup), torch.device("cpu"))
+    for split in ("valid", "test"):
+        labels = getattr(objective.data, split).labels
+        assert found[f"{split}_top5_accuracy"] == pytest.approx(float((labels <= 3).float().mean()))
+
+
 def test_the_1d_toeplitz_encoding_becomes_the_2d_one_on_images() -> None:
     config = preset("small", "image-classification")
     config.attention.name = "nprf_rpe"
     assert image_attention_options(config)["rpe"] == "toeplitz2d"
     config.attention.options["rpe"] = None  # NPRF without relative positions stays so
     assert image_attention_options(config)["rpe"] is None
+    config.attention.options["rpe"] = "toeplitz"  # a given 1-D encoding is kept
+    assert image_attention_options(config)["rpe"] == "toeplitz"
     config.attention.name, config.attention.options = "performer", {}
     assert "rpe" not in image_attention_options(config)
 
@@ -106,16 +164,23 @@ def test_the_1d_toeplitz_encoding_becomes_the_2d_one_on_images() -> None:
 def test_training_batches_are_augmented_reproducibly(cifar_dir: Path) -> None:
     config = tiny("image-classification", cifar_dir, "data.mixup=0.8")
     objective = ImageClassification(config, ImageClassification.load_data(config))
-    index = torch.arange(8)
+    index, cpu = torch.arange(8), torch.device("cpu")
     batches = []
-    for _ in range(2):
-        torch.manual_seed(3)
-        batches.append(objective.batch("train", index, torch.device("cpu")))
+    for seed in (3, 3, 4):
+        torch.manual_seed(seed)
+        batches.append(objective.batch("train", index, cpu))
     assert torch.equal(batches[0]["images"], batches[1]["images"])
+    assert not torch.equal(batches[0]["images"], batches[2]["images"])
     assert batches[0]["targets"].shape == (8, 10)  # mixed soft targets over the 10 classes
     torch.testing.assert_close(batches[0]["targets"].sum(-1), torch.ones(8))
-    plain = objective.batch("valid", index[:4], torch.device("cpu"))
-    assert torch.equal(plain["targets"], plain["labels"])
+    images, _ = objective.images("train", index)
+    plain = normalize(images.float() / 255.0)
+    with torch.no_grad():  # an evaluation of the train split reads the images as they are
+        evaluated = objective.batch("train", index, cpu)
+    assert torch.equal(evaluated["images"], plain)
+    assert torch.equal(evaluated["targets"], evaluated["labels"])
+    valid = objective.batch("valid", index[:4], cpu)
+    assert torch.equal(valid["images"], normalize(objective.images("valid", index[:4])[0] / 255.0))
 
 
 @pytest.mark.parametrize(
@@ -128,6 +193,11 @@ def test_training_batches_are_augmented_reproducibly(cifar_dir: Path) -> None:
         ("image-classification", "data.randaugment", '"2"', "data.randaugment must be 'N,M'"),
         ("image-classification", "data.crop_scale", "0", "data.crop_scale must be in"),
         ("image-generation", "optim.label_smoothing", "0.1", "is for task translation"),
+        ("image-classification", "model.positions", '"sinusoidal"', "learned or none"),
+        ("image-classification", "model.block_skip", "true", "model.block_skip is not used"),
+        ("image-generation", "model.norm_first", "false", "model.norm_first is not used"),
+        ("image-generation", "model.patch_size", "4", "model.patch_size is for image-class"),
+        ("image-classification", "model.patch_size", "0", "positive number of pixels"),
     ],
 )
 def test_fields_of_other_tasks_are_refused(task: str, key: str, value: str, message: str) -> None:

@@ -108,7 +108,8 @@ class DataConfig:
     shapes), resized to ``image_size`` pixels a side (default: the data's size). Task
     ``image-classification`` augments training batches: a random resized crop keeping at
     least ``crop_scale`` of the area (1.0: none), a horizontal ``flip``, ``randaugment``
-    ``"N,M"`` (torchvision's RandAugment with N operations of magnitude M; None: off), and
+    ``"N,M"`` (torchvision's RandAugment with N operations of magnitude M out of 10, DeiT's
+    ``rand-m9`` scale; None: off), and
     ``mixup`` / ``cutmix`` with Beta(α, α) mixing (0: off).
     """
 

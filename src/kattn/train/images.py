@@ -14,7 +14,9 @@ or sub-pixels for generation).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from ..nn import ImageGenerator, VisionTransformer
 from ..nn.image_generator import raster_subpixels
 from ..nn.image_tools import histogram_bits_per_dim, image_grid, write_png
 from ..registry import spec
-from .config import RunConfig
+from .config import ModelConfig, RunConfig
 from .field_checks import refuse_image_fields, refuse_translation_fields
 from .objective_base import SPLITS, Objective
 
@@ -36,13 +38,42 @@ _SEQUENCE_FIELDS = ("max_len", "truncate", "block_size", "tokenizer")
 
 
 def image_attention_options(config: RunConfig) -> dict[str, Any]:
-    """The mechanism's options for an image model: ``rpe="toeplitz"`` (given or the
-    mechanism's default) becomes ``"toeplitz2d"``, whose grid the model sets."""
+    """The mechanism's options for an image model: when the mechanism's default encoding is
+    the 1-D Toeplitz one (``nprf_rpe``'s) and no ``rpe`` is given, ``"toeplitz2d"``, whose
+    grid the model sets; a given ``rpe`` is kept (``rpe="toeplitz"``: 1-D over the raster
+    order; ``rpe=None``: no relative positions)."""
     options = dict(config.attention.options)
-    rpe = options.get("rpe", spec(config.attention.name).defaults.get("rpe"))
-    if rpe == "toeplitz":
+    if "rpe" not in options and spec(config.attention.name).defaults.get("rpe") == "toeplitz":
         options["rpe"] = "toeplitz2d"
     return options
+
+
+#: the model fields each image task reads; the others must keep their defaults.
+MODEL_FIELDS = {
+    "image-classification": ("dim", "num_layers", "num_heads", "ffn_dim", "pooling",
+                             "positions", "norm_first", "dropout", "attention_dropout",
+                             "patch_size", "drop_path"),
+    "image-generation": ("dim", "num_layers", "num_heads", "ffn_dim", "positions", "dropout",
+                         "attention_dropout"),
+}  # fmt: skip
+
+
+def _check_model_fields(config: RunConfig) -> None:
+    task, model, default = config.data.task, config.model, ModelConfig()
+    for f in dataclasses.fields(ModelConfig):
+        if f.name not in MODEL_FIELDS[task] and getattr(model, f.name) != getattr(default, f.name):
+            raise ValueError(
+                f"model.{f.name} is not used by task {task} (it reads model."
+                f"{', model.'.join(MODEL_FIELDS[task])})"
+            )
+    if model.positions not in ("learned", "none"):
+        raise ValueError(
+            f"model.positions must be learned or none for task {task}, got {model.positions!r}"
+        )
+    if model.patch_size is not None and model.patch_size < 1:
+        raise ValueError(
+            f"model.patch_size must be a positive number of pixels, got {model.patch_size}"
+        )
 
 
 def _check_fields(config: RunConfig, allow: tuple[str, ...]) -> None:
@@ -53,6 +84,7 @@ def _check_fields(config: RunConfig, allow: tuple[str, ...]) -> None:
             raise ValueError(f"data.{key} is not used by task {config.data.task}")
     refuse_translation_fields(config, allow=allow)
     refuse_image_fields(config, allow=allow)
+    _check_model_fields(config)
     size = config.data.image_size
     if size is not None and size < 1:
         raise ValueError(f"data.image_size must be a positive number of pixels, got {size}")
@@ -160,7 +192,7 @@ class ImageClassification(_Images):
         m, data = config.model, self.data
         return VisionTransformer(
             image_size=data.size,
-            patch_size=m.patch_size or 4,
+            patch_size=4 if m.patch_size is None else m.patch_size,
             in_channels=data.channels,
             num_classes=data.num_classes,
             dim=m.dim,
@@ -169,7 +201,7 @@ class ImageClassification(_Images):
             ffn_dim=m.ffn_dim,
             mechanism=config.attention.name,
             pooling="gap" if m.pooling == "mean" else "cls",
-            positions="none" if m.positions == "none" else "learned",
+            positions=m.positions,
             drop_path=m.drop_path,
             dropout=m.dropout,
             attention_dropout=m.attention_dropout,
@@ -179,7 +211,9 @@ class ImageClassification(_Images):
 
     def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
         images, labels = self.images(split, index)
-        if split == "train":  # seeded: the loop seeds torch's generator at every step
+        if split == "train" and torch.is_grad_enabled():
+            # a training step (evaluations run without gradients and read the images as they
+            # are); seeded: the loop seeds torch's generator at every step
             seed = int(torch.randint(0, 2**62, ()).item())
             x, targets = self.augment(images, labels, torch.Generator().manual_seed(seed))
         else:
@@ -227,13 +261,12 @@ class ImageClassification(_Images):
         return found
 
     def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
-        counts = torch.bincount(self.data.test.labels, minlength=self.data.num_classes)
         return {
             "test_accuracy": test["accuracy"],
             "test_loss": test["loss"],
             "test_examples": test["examples"],
             "best_valid_accuracy": None if best is None else best["accuracy"],
-            "majority_baseline": float(counts.max()) / max(int(counts.sum()), 1),
+            "majority_baseline": majority_share(self.data),
             "attention_options": self.options,
             "data": self.data.source,
         }
@@ -284,7 +317,7 @@ class ImageGeneration(_Images):
     def __init__(self, config: RunConfig, data: ImageData) -> None:
         super().__init__(config, data)
         self.options = image_attention_options(config)
-        self.seed = config.train.seed
+        self.seed, self.mechanism = config.train.seed, config.attention.name
         self.run_dir: Path | None = None
 
     def build_model(self, config: RunConfig) -> nn.Module:
@@ -297,7 +330,7 @@ class ImageGeneration(_Images):
             num_heads=m.num_heads,
             ffn_dim=m.ffn_dim,
             mechanism=config.attention.name,
-            positions="none" if m.positions == "none" else "learned",
+            positions=m.positions,
             dropout=m.dropout,
             attention_dropout=m.attention_dropout,
             **self.options,
@@ -332,22 +365,32 @@ class ImageGeneration(_Images):
         return {"steps_per_s": steps / max(seconds, 1e-9)}
 
     def final_results(self, model: nn.Module, device: torch.device) -> dict[str, Any]:
-        """The histogram baselines, and samples of the best model written to the run folder."""
-        train = self.data.train.images(torch.arange(len(self.data.train)))
-        test = self.data.test.images(torch.arange(len(self.data.test)))
+        """The histogram baselines (fitted on at most :data:`HISTOGRAM_IMAGES` training images,
+        scored on all of test), and samples of the best model written to the run folder
+        (skipped, with the reason, for a mechanism that cannot decode)."""
         found: dict[str, Any] = {"uniform_bits_per_dim": 8.0}
-        baselines = histogram_bits_per_dim(train, test)
-        found["histogram_bits_per_dim"] = baselines
-        if self.run_dir is not None:
-            model.eval()
-            generator = torch.Generator(device=device).manual_seed(self.seed)
-            with torch.no_grad():
-                samples = model.sample(self.num_samples, generator=generator)  # type: ignore[operator]
-            path = self.run_dir / "samples.png"
-            grid = image_grid(samples.cpu(), nrow=self.num_samples)
-            zoom = max(1, 128 // max(self.data.size))  # small images, shown larger
-            write_png(path, grid.repeat_interleave(zoom, 1).repeat_interleave(zoom, 2))
-            found["samples"] = path.name
+        train = _chunks(self.data.train, HISTOGRAM_IMAGES, self.seed)
+        test = _chunks(self.data.test, None, self.seed)
+        found["histogram_bits_per_dim"] = histogram_bits_per_dim(train, test)
+        found["histogram_train_images"] = min(HISTOGRAM_IMAGES, len(self.data.train))
+        if self.run_dir is None:
+            return found
+        if not model.supports_sampling:
+            found["samples"] = None
+            found["samples_skipped"] = (
+                f"{self.mechanism} has no decoding state (supports_recurrent is False): "
+                "sampling needs one"
+            )
+            return found
+        model.eval()
+        generator = torch.Generator(device=device).manual_seed(self.seed)
+        with torch.no_grad():
+            samples = model.sample(self.num_samples, generator=generator)  # type: ignore[operator]
+        path = self.run_dir / "samples.png"
+        grid = image_grid(samples.cpu(), nrow=self.num_samples)
+        zoom = max(1, 128 // max(self.data.size))  # small images, shown larger
+        write_png(path, grid.repeat_interleave(zoom, 1).repeat_interleave(zoom, 2))
+        found["samples"] = path.name
         return found
 
     def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
@@ -366,3 +409,25 @@ class ImageGeneration(_Images):
             f"{results['best_valid_bits_per_dim']} at step {results['best_step']}); uniform "
             f"8.0, histograms: {shown or 'n/a'}"
         )
+
+
+#: training images the histogram baselines are fitted on (a seeded sample beyond that).
+HISTOGRAM_IMAGES = 50_000
+
+
+def _chunks(split: Any, limit: int | None, seed: int, size: int = 1024) -> Iterator[Tensor]:
+    """The images of ``split`` in chunks of ``size``: all of them in order, or a seeded
+    sample of ``limit``."""
+    n = len(split)
+    index = torch.arange(n)
+    if limit is not None and limit < n:
+        index = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[:limit]
+    for part in index.split(size):
+        yield split.images(part)
+
+
+def majority_share(data: ImageData) -> float:
+    """The accuracy of always answering the commonest training label, on test (the LRA
+    tasks' majority baseline)."""
+    top = int(torch.bincount(data.train.labels, minlength=data.num_classes).argmax())
+    return float((data.test.labels == top).float().mean()) if len(data.test) else 0.0

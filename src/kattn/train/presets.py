@@ -188,9 +188,11 @@ PRESETS["small"]["image-generation"] = {
 # features, 2-D relative positions, global average pooling + a linear head, AdamW (0.9, 0.999)
 # eps 1e-8, weight decay 0.05, batch 1024, label smoothing 0.1, 450 epochs of cosine decay
 # after 20 of linear warm-up (1,251 steps per epoch), DeiT's augmentation (RandAugment 9/0.5,
-# mixup 0.8, cutmix 1.0) and stochastic depth 0.1. The paper's "initial learning rate 1e-5"
-# is DeiT's warm-up start; the peak is DeiT's 5e-4·batch/512 = 1e-3. Distillation, repeated
-# augmentation and random erasing are not used here (the paper drops distillation).
+# mixup 0.8, cutmix 1.0) and stochastic depth 0.1. The peak learning rate is DeiT's
+# 5e-4·batch/512 = 1e-3; the paper's "initial learning rate of 1e-5" matches no step of
+# DeiT's schedule (its warm-up starts at 1e-6 and its cosine ends at 1e-5), and kattn's cosine
+# warms up from 0 and decays to 0. Distillation, repeated augmentation and random erasing are
+# not used here (the paper drops distillation).
 PRESETS["luo-deit"] = {
     "image-classification": {
         "model.dim": 768, "model.num_layers": 12, "model.num_heads": 12, "model.ffn_dim": 3072,
