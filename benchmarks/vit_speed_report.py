@@ -38,7 +38,9 @@ def ratio_summary(
     return {"value": statistics.median(soft) / statistics.median(kern), "rounds": rounds}
 
 
-def _ratio(ratio: dict) -> str:
+def _ratio(ratio: dict | None) -> str:
+    if ratio is None:
+        return "—"
     return f"{ratio['value']:.2f}× ({min(ratio['rounds']):.2f}–{max(ratio['rounds']):.2f})"
 
 
@@ -67,12 +69,12 @@ def render(report: dict) -> str:
     ]
     for row in report["rows"]:
         s, mem = row["seconds"], row["memory_bytes"]
+        fft = f"{s[FFT] * 1e3:,.1f}" if FFT in s else "—"
         lines.append(
             f"| {row['image']} | {row['patch']} | {row['grid'][0]}×{row['grid'][1]} | "
             f"{row['length']} | {s[SOFTMAX] * 1e3:,.1f} | {s[KERNELIZED] * 1e3:,.1f} | "
-            f"{_ratio(row['time_ratio'])} | {s[FFT] * 1e3:,.1f} | "
-            f"{_ratio(row['fft_time_ratio'])} | "
-            f"{_mib(mem[SOFTMAX])} | {_mib(mem[KERNELIZED])} | {_mib(mem[FFT])} | "
+            f"{_ratio(row['time_ratio'])} | {fft} | {_ratio(row['fft_time_ratio'])} | "
+            f"{_mib(mem[SOFTMAX])} | {_mib(mem[KERNELIZED])} | {_mib(mem.get(FFT))} | "
             f"{row['memory_ratio']:.2f}× | {row['kernelized_path']} |"
         )
     lines += ["", "## Notes", ""]

@@ -69,3 +69,24 @@ def test_time_ratio_is_softmax_over_nprf_rpe_of_medians_and_per_round():
     report = _report_module()
     summary = report.ratio_summary({"softmax": [2.0, 4.0, 3.0], "nprf_rpe": [1.0, 1.0, 2.0]})
     assert summary == {"value": 3.0, "rounds": [2.0, 4.0, 1.5]}
+
+
+def test_a_size_above_the_fft_cap_renders_without_the_fft_row():
+    report = _report_module()
+    row = {
+        "image": 64, "patch": 1, "grid": [64, 64], "length": 4096,
+        "seconds": {"softmax": 2.0, "nprf_rpe": 1.0},
+        "memory_bytes": {"softmax": 2**30, "nprf_rpe": 2**29},
+        "time_ratio": {"value": 2.0, "rounds": [1.9, 2.1]}, "fft_time_ratio": None,
+        "memory_ratio": 2.0, "kernelized_path": "blocked (exact)",
+    }  # fmt: skip
+    result = {
+        "machine": {"processor": "cpu", "torch_threads": 2, "torch": "2", "kattn": "0"},
+        "config": {"dim": 384, "heads": 6, "ffn_dim": 1536, "batch": 8, "dtype": "float32",
+                   "rounds": "3"},
+        "command": "python benchmarks/vit_speed.py", "rows": [row], "notes": [],
+    }  # fmt: skip
+    line = next(x for x in report.render(result).splitlines() if x.startswith("| 64 | 1 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[7:9] == ["—", "—"] and cells[11] == "—"  # FFT time, ratio and peak
+    assert cells[6].startswith("2.00×")
