@@ -70,6 +70,7 @@ PAGES = (
     "docs/simpletron.md",
     "docs/sparse.md",
     "docs/translation.md",
+    "docs/vision.md",
 )
 
 

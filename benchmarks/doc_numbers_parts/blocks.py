@@ -27,6 +27,9 @@ from .sources import (
     STUDY_FEATURE_DIM,
     STUDY_FEATURE_MAP,
     TRANSLATION_RUNS,
+    VISION_CLS_RUNS,
+    VISION_GEN_RUNS,
+    VIT_SPEED,
 )
 from .tables import (
     FOUNDATION_PATHS,
@@ -56,6 +59,7 @@ from .tables_nystrom import (
 from .tables_sparse import sparse_listops, sparse_speed
 from .tables_translation import translation_decode
 from .tables_translation_runs import study_tables, translation_runs
+from .tables_vision import vision_classification, vision_generation, vit_speed
 
 BLOCKS: list[Block] = [
     Block("README.md", "foundation", (FOUNDATION,), readme_foundation),
@@ -90,4 +94,7 @@ BLOCKS: list[Block] = [
     Block("docs/translation.md", "study-conversion", (STUDY_CONVERSION,), study_tables),
     Block("docs/translation.md", "study-feature-dim", (STUDY_FEATURE_DIM,), study_tables),
     Block("docs/translation.md", "study-feature-map", (STUDY_FEATURE_MAP,), study_tables),
+    Block("docs/vision.md", "vision-classification", VISION_CLS_RUNS, vision_classification),
+    Block("docs/vision.md", "vision-generation", VISION_GEN_RUNS, vision_generation),
+    Block("docs/vision.md", "vit-speed", (VIT_SPEED,), vit_speed),
 ]  # fmt: skip

@@ -86,4 +86,24 @@ NOT_MEASURED: list[NotMeasured] = [
     N("docs/sparse.md", "(standard error about 1.1 points)", False, "arithmetic: √(0.4·0.6/2000)"),
     N("docs/translation.md", "mean ± 95% confidence interval over the seeds", False,
       "what a study reports"),
+    N("docs/vision.md", "Table 4: NPRF with RPE 80.9% top-1 against DeiT-base's 81.2%, 77.7% "
+      "without RPE), and ImageNet32 generation over 3,072 sub-pixels (Appendix A.5, Table 6: "
+      "3.68 bits/dim)", False, "the paper's reported results"),
+    N("docs/vision.md", "(224×224, 16×16 patches, DeiT's sizes and parameter counts with a class "
+      "token) and `small` (32×32, 4×4 patches, for a CPU)", False, "preset sizes"),
+    N("docs/vision.md", "| format | what `--data` names | splits |", True, "data formats"),
+    N("docs/vision.md", "at 32×32 RGB", False, "the embedded images' size"),
+    N("docs/vision.md", "1.0 turns it off", False, "a setting"),
+    N("docs/vision.md", "on 4×4 patches of 64², 128² and 224² images", False,
+      "the benchmark's sizes"),
+    N("docs/vision.md", "at 16×16 patches and tens of gigabytes of spectra at 64×64", False,
+      "the benchmark's sizes and an estimate of the FFT's spectra (B·H·M·Dv channels of the "
+      "doubled grid)"),
+    N("docs/vision.md", "`luo-deit` follows Appendix A.4 and DeiT: AdamW (0.9, 0.999), eps "
+      "1e-8, weight decay 0.05, batch 1,024, 450 epochs of cosine decay after 20 of warm-up, "
+      "label smoothing 0.1, RandAugment, mixup 0.8, CutMix 1.0, stochastic depth 0.1, M = 32.",
+      False, "preset settings"),
+    N("docs/vision.md", "`luo-imagenet32` follows Appendix A.5 (6 layers, 512, 8 heads, M = 32, "
+      "batch 64, Adam (0.9, 0.98), eps 1e-6, dropout 0.1, weight decay 0.01, peak learning "
+      "rate 5e-4)", False, "preset settings"),
 ]  # fmt: skip

@@ -41,6 +41,15 @@ TRANSLATION_RUNS = tuple(
 STUDY_CONVERSION = f"{R}/translation/study-conversion/study.json"
 STUDY_FEATURE_DIM = f"{R}/translation/study-feature-dim/study.json"
 STUDY_FEATURE_MAP = f"{R}/translation/study-feature-map/study.json"
+VISION_CLS_RUNS = tuple(
+    f"{R}/vision/{run}{seed}/results.json"
+    for run in ("cls-softmax", "cls-nprf", "cls-nprf_rpe")
+    for seed in ("", "-seed1", "-seed2")
+)
+VISION_GEN_RUNS = tuple(
+    f"{R}/vision/{name}/results.json" for name in ("gen-softmax", "gen-nprf_rpe")
+)
+VIT_SPEED = f"{R}/vit-cpu-amd-epyc-torch2.13.0-kattn0.1.0.json"
 BASELINE_NAMES = ("reformer", "smyrf", "clustered", "improved_clustered", "sinkhorn",
                   "synthesizer", "informer", "rfa_gate")  # fmt: skip
 BASELINE_LISTOPS_RUNS = tuple(f"{R}/listops-baselines/{n}/results.json" for n in BASELINE_NAMES)

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from .sources import mib
 
-#: the classification runs: folder under benchmarks/results/vision/ → how the page names it.
-VISION_CLS_RUNS = (
-    ("cls-softmax", "softmax (DeiT's attention)"),
-    ("cls-nprf", "`nprf_rpe` without RPE (`rpe=None`)"),
-    ("cls-nprf_rpe", "`nprf_rpe` with 2-D RPE (`toeplitz2d`)"),
+#: the classification runs: how the page names each configuration, and its run folders under
+#: benchmarks/results/vision/ (one per seed: 42, the default, then 1 and 2).
+VISION_CLS_CONFIGS = (
+    ("softmax (DeiT's attention)", "cls-softmax"),
+    ("`nprf_rpe` without RPE (`rpe=None`)", "cls-nprf"),
+    ("`nprf_rpe` with 2-D RPE (`toeplitz2d`)", "cls-nprf_rpe"),
 )
+CLS_SEEDS = ("", "-seed1", "-seed2")
+VISION_CLS_FOLDERS = tuple(f"{run}{seed}" for _, run in VISION_CLS_CONFIGS for seed in CLS_SEEDS)
 #: the generation runs.
 VISION_GEN_RUNS = (
     ("gen-softmax", "softmax"),
@@ -23,28 +26,45 @@ def _rpe(run: dict) -> object:
     return run["attention_options"].get("rpe")
 
 
+def _mean_sd(values: list[float]) -> str:
+    mean = sum(values) / len(values)
+    sd = (sum((v - mean) ** 2 for v in values) / max(len(values) - 1, 1)) ** 0.5
+    return f"{100 * mean:.1f} ± {100 * sd:.1f}"
+
+
 def vision_classification(*runs: dict) -> str:
-    """One row per run (its results.json): top-1 and top-5 on test, best valid, time."""
+    """One row per configuration (its seeds' results.json): test top-1 as mean ± standard
+    deviation over the seeds and each seed's, top-5, best valid top-1, time."""
     lines = [
-        "| attention | test top-1 | test top-5 | best valid top-1 | parameters | time |",
+        "| attention | test top-1 (%) | per seed | test top-5 (%) | best valid top-1 (%) "
+        "| time per run |",
         "|---|---|---|---|---|---|",
     ]
-    for (_, label), run in zip(VISION_CLS_RUNS, runs, strict=True):
-        lines.append(
-            f"| {label} | {100 * run['test_accuracy']:.1f}% | "
-            f"{100 * run['test_top5_accuracy']:.1f}% | {100 * run['best_valid_accuracy']:.1f}% | "
-            f"{run['num_parameters']:,} | {run['wall_time_s']:,.0f} s |"
+    n = len(CLS_SEEDS)
+    for i, (label, _) in enumerate(VISION_CLS_CONFIGS):
+        group = runs[i * n : (i + 1) * n]
+        assert (
+            len({_rpe(r) for r in group}) == 1
+            and len({r["config"]["train"]["seed"] for r in group}) == n
         )
-    assert _rpe(runs[1]) is None and _rpe(runs[2]) == "toeplitz2d", "runs out of order"
+        top1 = [r["test_accuracy"] for r in group]
+        lines.append(
+            f"| {label} | {_mean_sd(top1)} | {', '.join(f'{100 * v:.1f}' for v in top1)} | "
+            f"{_mean_sd([r['test_top5_accuracy'] for r in group])} | "
+            f"{_mean_sd([r['best_valid_accuracy'] for r in group])} | "
+            f"{sum(r['wall_time_s'] for r in group) / n:,.0f} s |"
+        )
+    assert _rpe(runs[n]) is None and _rpe(runs[2 * n]) == "toeplitz2d", "runs out of order"
     first, data = runs[0], runs[0]["data"]
     m = first["config"]["model"]
     lines += [
         "",
         f"{data['sizes']['train']:,} / {data['sizes']['valid']:,} / {data['sizes']['test']:,} "
-        f"images of {data['num_classes']} classes (majority baseline "
+        f"images of {len(data['classes'])} classes (majority baseline "
         f"{100 * first['majority_baseline']:.0f}%); a {m['num_layers']}-layer ViT of width "
         f"{m['dim']}, {m['num_heads']} heads, {m['patch_size']}×{m['patch_size']} patches; "
-        f"{first['steps']:,} steps of batch {first['config']['train']['batch_size']} each.",
+        f"{first['steps']:,} steps of batch {first['config']['train']['batch_size']}; seeds "
+        f"{', '.join(str(r['config']['train']['seed']) for r in runs[:n])}.",
     ]
     return "\n".join(lines)
 
@@ -75,7 +95,9 @@ def vision_generation(*runs: dict) -> str:
     return "\n".join(lines)
 
 
-def _ratio(r: dict) -> str:
+def _ratio(r: dict | None) -> str:
+    if r is None:
+        return "—"
     return f"{r['value']:.2f}× ({min(r['rounds']):.2f}–{max(r['rounds']):.2f})"
 
 
@@ -95,11 +117,15 @@ def vit_speed(d: dict) -> str:
     ]
     for row in d["rows"]:
         t, mem = row["seconds"], row["memory_bytes"]
-        peaks = " / ".join(f"{mib(mem[k]):,.0f}" for k in ("softmax", "nprf_rpe", "nprf_rpe fft"))
+        peaks = " / ".join(
+            f"{mib(mem[k]):,.0f}" if k in mem else "—"
+            for k in ("softmax", "nprf_rpe", "nprf_rpe fft")
+        )
+        fft = f"{1e3 * t['nprf_rpe fft']:,.0f}" if "nprf_rpe fft" in t else "not timed"
         lines.append(
             f"| {row['image']}² | {row['patch']} | {row['length']:,} | "
             f"{1e3 * t['softmax']:,.0f} | {1e3 * t['nprf_rpe']:,.0f} | "
-            f"{_ratio(row['time_ratio'])} | {row['kernelized_path']} | "
-            f"{1e3 * t['nprf_rpe fft']:,.0f} | {_ratio(row['fft_time_ratio'])} | {peaks} |"
+            f"{_ratio(row['time_ratio'])} | {row['kernelized_path']} | {fft} | "
+            f"{_ratio(row['fft_time_ratio'])} | {peaks} |"
         )
     return "\n".join(lines)
