@@ -170,6 +170,7 @@ def test_baselines_speed_quick_run_writes_results(tmp_path):
     assert {"sdpa", "reformer", "clustered", "informer", "rfa_gate causal"} <= names
     assert max(report["correctness"].values()) < 1e-6  # fast paths against their references
     assert "| target | measured | goal | met |" in md.read_text()
+    assert report["config"]["malloc"]["MALLOC_TRIM_THRESHOLD_"]  # re-run under steady malloc
 
 
 def test_rfa_gate_speed_quick_run_writes_results(tmp_path):
