@@ -141,12 +141,13 @@ def decode_once(model: Seq2Seq, length: int, vocab: int, window: int) -> dict[st
 
 
 def probe_encodings(positions: tuple[int, int], steps: int, head_dim: int) -> list[dict]:
-    """For each relative encoding with a recurrent form: one ``nprf_rpe`` attention (B=1, 4
+    """For each 1-D relative encoding with a recurrent form: one ``nprf_rpe`` attention (B=1, 4
     heads, M = 24) read to each position with ``prefill``, then ``steps`` timed ``step`` calls;
     the state's bytes after them and the median time per step."""
     rows = []
     for rpe in kattn.positional.available():
-        if not kattn.positional.get(rpe).supports_recurrent:
+        planar = "grid" in kattn.positional.option_names(rpe)  # 2-D: images, not sentences
+        if planar or not kattn.positional.get(rpe).supports_recurrent:
             continue
         torch.manual_seed(0)
         attn = kattn.build("nprf_rpe", head_dim=head_dim, num_heads=4,
