@@ -296,11 +296,16 @@ class TransformerEncoder(nn.Module):
 
     def regularization_loss(self) -> Tensor:
         """Sum of the attention mechanisms' penalties (0 for most mechanisms)."""
-        total = torch.zeros((), device=self.embedding.weight.device)
-        for layer in self.layers:
-            assert isinstance(layer, EncoderLayer)
-            total = total + layer.attn.attention.regularization_loss()
-        return total
+        return attention_penalties(self.layers, self.embedding.weight.device)
+
+
+def attention_penalties(layers: nn.ModuleList, device: torch.device) -> Tensor:
+    """Sum of the penalties of the attention mechanisms of ``layers`` (EncoderLayers)."""
+    total = torch.zeros((), device=device)
+    for layer in layers:
+        assert isinstance(layer, EncoderLayer)
+        total = total + layer.attn.attention.regularization_loss()
+    return total
 
 
 def shared_rpe_options(

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from .. import positional
 from ..checks import boolean, is_positive_int
 from ..registry import spec
-from .encoder import DropPath, EncoderLayer, shared_rpe_options
+from .encoder import DropPath, EncoderLayer, attention_penalties, shared_rpe_options
 from .image_grid import image_size as parse_image_size
 from .image_grid import planar_encoding, with_grid
 
@@ -186,11 +186,7 @@ class VisionTransformer(nn.Module):
 
     def regularization_loss(self) -> Tensor:
         """Sum of the attention mechanisms' penalties (0 for most mechanisms)."""
-        total = torch.zeros((), device=self.head.weight.device)
-        for layer in self.layers:
-            assert isinstance(layer, EncoderLayer)
-            total = total + layer.attn.attention.regularization_loss()
-        return total
+        return attention_penalties(self.layers, self.head.weight.device)
 
 
 def vision_transformer(preset: str, **overrides: Any) -> VisionTransformer:

@@ -31,7 +31,7 @@ from ..nn.image_tools import histogram_bits_per_dim, image_grid, write_png
 from ..registry import spec
 from .config import ModelConfig, RunConfig
 from .field_checks import refuse_image_fields, refuse_translation_fields
-from .objective_base import SPLITS, Objective
+from .objective_base import SPLITS, Objective, shuffled_index
 
 #: the data fields the image tasks refuse (they are the LRA and lm tasks').
 _SEQUENCE_FIELDS = ("max_len", "truncate", "block_size", "tokenizer")
@@ -120,11 +120,7 @@ class _Images(Objective[ImageData]):
 
     def eval_index(self, split: str, limit: int | None, seed: int) -> Tensor:
         """Every image in order, or the first ``limit`` of a fixed shuffled order."""
-        n = self.size(split)
-        if limit is not None and limit < n:
-            generator = torch.Generator().manual_seed(seed)
-            return torch.randperm(n, generator=generator)[:limit]
-        return torch.arange(n)
+        return shuffled_index(self.size(split), limit, seed)
 
     def images(self, split: str, index: Tensor) -> tuple[Tensor, Tensor]:
         """The uint8 images ``(n, C, H, W)`` and labels of rows ``index``."""

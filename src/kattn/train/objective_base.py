@@ -136,3 +136,12 @@ class Objective(ABC, Generic[D]):
     @abstractmethod
     def summary(self, results: dict[str, Any]) -> str:
         """The line a finished run prints."""
+
+
+def shuffled_index(n: int, limit: int | None, seed: int) -> Tensor:
+    """Every one of ``n`` examples in order, or the first ``limit`` of an order shuffled with
+    ``seed`` (the same examples at every evaluation)."""
+    if limit is not None and limit < n:
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randperm(n, generator=generator)[:limit]
+    return torch.arange(n)

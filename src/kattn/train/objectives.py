@@ -32,7 +32,7 @@ from .batches import key_mask, majority_baseline, make_batch
 from .config import CLASSIFICATION_TASKS, RunConfig
 from .field_checks import refuse_image_fields, refuse_translation_fields
 from .images import ImageClassification, ImageGeneration
-from .objective_base import SPLITS, Objective
+from .objective_base import SPLITS, Objective, shuffled_index
 from .tasks import block_size, build_lm, load_lm_data, load_task, run_tokenizer
 from .tasks import build_model as build_classifier
 from .translation import Translation
@@ -90,11 +90,7 @@ class Classification(Objective[TaskData]):
 
     def eval_index(self, split: str, limit: int | None, seed: int) -> Tensor:
         """Every example in order, or the first ``limit`` of a fixed shuffled order."""
-        n = self.size(split)
-        if limit is not None and limit < n:
-            generator = torch.Generator().manual_seed(seed)
-            return torch.randperm(n, generator=generator)[:limit]
-        return torch.arange(n)
+        return shuffled_index(self.size(split), limit, seed)
 
     def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
         return make_batch(getattr(self.data, split), index, device)
