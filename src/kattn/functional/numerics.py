@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
@@ -22,7 +23,10 @@ POSITIVE_EPS = 1e-30
 
 def autocast_off(x: Tensor) -> Any:
     """A context with autocast disabled on ``x``'s device: the products inside run in the dtype
-    of their inputs."""
+    of their inputs. On a device type autocast does not know (``meta``), where nothing is
+    autocast anyway, no context (``torch.autocast`` would raise "unsupported scalarType")."""
+    if not torch.amp.is_autocast_available(x.device.type):
+        return contextlib.nullcontext()
     return torch.autocast(device_type=x.device.type, enabled=False)
 
 
