@@ -1,0 +1,1 @@
+"""Compiled kernels behind kattn's PyTorch paths (optional; imported on demand)."""
