@@ -220,9 +220,8 @@ def parse_args() -> argparse.Namespace:
 
 #: glibc settings under which freed memory stays with the process: every block comes from the
 #: heap (no mmap of large blocks, whose pages fault afresh at each allocation) and the heap is
-#: never trimmed. Without them a row's time depends on the rows run before it: at L = 16384
-#: reformer-pytorch's forward+backward took about 0.8 s alone in a process and about 0.32 s
-#: after rows that had grown the heap.
+#: never trimmed. Without them a row's time depends on the rows run before it (reformer-pytorch's
+#: most, whose large blocks fault in afresh at every call unless earlier rows grew the heap).
 STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(64 << 30)}
 
 

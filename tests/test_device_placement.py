@@ -1,10 +1,12 @@
 """Device placement without a GPU: every mechanism's forward, backward and decoding step run
 with the module and its inputs on the ``meta`` device, so a tensor made on the CPU behind the
-inputs' back (a missing ``device=``) fails here as it would on CUDA.
+inputs' back (a missing ``device=``) fails here when an elementwise op, ``cat``, ``where`` or
+``masked_fill`` mixes it with the inputs (on this PyTorch, matrix products and gathers with a
+CPU operand do not raise on ``meta``, so this catches most such slips, not all).
 
 A few mechanisms read values of their index tables or hashes to check or size them (a host
 sync on CUDA, impossible on ``meta``); they are listed with that reason, and the test checks
-that reading a value is the only thing that stops them."""
+that the first thing that stops them is such a read."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ NOT_MEASURED: list[NotMeasured] = [
     N("docs/vision.md", "1.0 turns it off", False, "a setting"),
     N("docs/vision.md", "on 4×4 patches of 64², 128² and 224² images", False,
       "the benchmark's sizes"),
-    N("docs/vision.md", "at 16×16 patches and tens of gigabytes of spectra at 64×64", False,
+    N("docs/vision.md", "at 16×16 patches and gigabytes of spectra at 64×64", False,
       "the benchmark's sizes and an estimate of the FFT's spectra (B·H·M·Dv channels of the "
       "doubled grid)"),
     N("docs/vision.md", "`luo-deit` follows Appendix A.4 and DeiT: AdamW (0.9, 0.999), eps "

@@ -62,8 +62,8 @@ def lsh_buckets(x: Tensor, rotations: Tensor) -> Tensor:
         for start in range(0, length, step):  # xR a slice of positions at a time
             xs = x[:, :, start : start + step].to(acc)
             proj = torch.einsum("bhld,hdrn->bhrln", xs, rot)
-            # argmax([xR; −xR]) is the n of the largest |xR_n|, on the −xR side when xR_n < 0
-            # (ties: the lowest n, then xR before −xR); one index reduction instead of two
+            # the bucket of the largest |xR_n|: n, or n + nb/2 when xR_n < 0 (argmax([xR; −xR])
+            # but for ties, which go to the lowest n); one index reduction instead of two
             arg = proj.abs().argmax(dim=-1)
             negative = proj.gather(-1, arg[..., None]).squeeze(-1) < 0
             buckets[..., start : start + step] = torch.where(negative, arg + half, arg)

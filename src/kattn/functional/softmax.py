@@ -177,10 +177,8 @@ def softmax_prefill(
     Returns:
         The outputs ``(B, H, L, Dv)`` and the cache after the L tokens.
     """
-    keys, values, length = _checked_cache(state, v)
+    keys, values, length = cache_appended(state, k, v)
     n = v.shape[2]
-    keys = torch.cat([keys[:, :, :length].to(k.dtype), k], dim=2)
-    values = torch.cat([values[:, :, :length].to(v.dtype), v], dim=2) if length else v
     if length:  # query i (position length + i) sees keys 0 … length + i
         rows = torch.arange(n, device=q.device)[:, None] + length
         allowed = torch.arange(length + n, device=q.device)[None, :] <= rows
@@ -188,6 +186,16 @@ def softmax_prefill(
     else:
         out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, scale=scale)
     return out, KVCache(keys, values, length + n)
+
+
+def cache_appended(state: Any, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, int]:
+    """The cached keys and values followed by ``k`` and ``v`` (by concatenation, which keeps
+    earlier graphs intact), and the cached length; ValueError unless ``state`` is a cache
+    for them."""
+    keys, values, length = _checked_cache(state, v)
+    keys = torch.cat([keys[:, :, :length].to(k.dtype), k], dim=2)
+    values = torch.cat([values[:, :, :length].to(v.dtype), v], dim=2) if length else v
+    return keys, values, length
 
 
 def _checked_cache(state: Any, v: Tensor) -> KVCache:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import allowed_keys
-from .softmax import KVCache, _zero_padded, softmax_attention_reference
+from .softmax import KVCache, _zero_padded, cache_appended, softmax_attention_reference
 
 
 def biased_softmax_attention(
@@ -108,17 +108,8 @@ def biased_softmax_prefill(
         The outputs ``(B, H, L, Dv)`` and the cache after the L tokens (its capacity is its
         length: each call appends by concatenation, which keeps earlier graphs intact).
     """
-    if not isinstance(state, KVCache):
-        raise ValueError(f"state must be a KVCache (from init_state), got {type(state).__name__}")
-    cached_k, cached_v, t0 = state
-    b, h, n, dv = v.shape
-    if cached_k.shape[:2] != (b, h) or (t0 and cached_v.shape[-1] != dv):
-        raise ValueError(
-            f"state holds keys {tuple(cached_k.shape)} and values {tuple(cached_v.shape)}; "
-            f"these tokens have batch {b}, heads {h}, value dim {dv}"
-        )
-    keys = torch.cat([cached_k[:, :, :t0].to(k.dtype), k], dim=2)
-    values = torch.cat([cached_v[:, :, :t0].to(v.dtype), v], dim=2) if t0 else v
+    keys, values, t0 = cache_appended(state, k, v)
+    n = v.shape[2]
     rows = torch.arange(n, device=q.device)[:, None] + t0
     allowed = torch.arange(t0 + n, device=q.device)[None, :] <= rows  # (L, t0 + L)
     mask = _additive_mask(bias, allowed, q.dtype)

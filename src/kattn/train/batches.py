@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..data import SequenceDataset, TaskData
+from ..data import ImageData, SequenceDataset, TaskData
 
 
 class BatchOrder:
@@ -33,8 +33,9 @@ class BatchOrder:
         )
 
 
-def majority_baseline(data: TaskData) -> float:
-    """Test accuracy of always answering the most frequent training label."""
+def majority_baseline(data: TaskData | ImageData) -> float:
+    """Test accuracy of always answering the most frequent training label (of a sequence or
+    an image task: anything whose ``train`` and ``test`` splits have ``labels``)."""
     majority = int(torch.bincount(data.train.labels).argmax())
     return float((data.test.labels == majority).double().mean())
 

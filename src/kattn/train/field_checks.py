@@ -3,6 +3,7 @@ nothing is an error naming its task, not silently ignored."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .config import DataConfig, ModelConfig, RunConfig
@@ -39,3 +40,34 @@ def refuse_image_fields(config: RunConfig, *, allow: tuple[str, ...] = ()) -> No
 
 def _changed(section: Any, default: Any, names: tuple[str, ...], prefix: str) -> list[str]:
     return [f"{prefix}.{n}" for n in names if getattr(section, n) != getattr(default, n)]
+
+
+#: the model fields each image task reads; the others must keep their defaults.
+IMAGE_TASK_MODEL_FIELDS = {
+    "image-classification": ("dim", "num_layers", "num_heads", "ffn_dim", "pooling",
+                             "positions", "norm_first", "dropout", "attention_dropout",
+                             "patch_size", "drop_path"),
+    "image-generation": ("dim", "num_layers", "num_heads", "ffn_dim", "positions", "dropout",
+                         "attention_dropout"),
+}  # fmt: skip
+
+
+def refuse_unread_model_fields(config: RunConfig, read: tuple[str, ...]) -> None:
+    """``ValueError`` for a model field changed from its default that the run's task does not
+    ``read``, for absolute ``positions`` other than learned or none, and for a patch size
+    below one pixel."""
+    task, model, default = config.data.task, config.model, ModelConfig()
+    for f in dataclasses.fields(ModelConfig):
+        if f.name not in read and getattr(model, f.name) != getattr(default, f.name):
+            raise ValueError(
+                f"model.{f.name} is not used by task {task} (it reads model."
+                f"{', model.'.join(read)})"
+            )
+    if model.positions not in ("learned", "none"):
+        raise ValueError(
+            f"model.positions must be learned or none for task {task}, got {model.positions!r}"
+        )
+    if model.patch_size is not None and model.patch_size < 1:
+        raise ValueError(
+            f"model.patch_size must be a positive number of pixels, got {model.patch_size}"
+        )

@@ -145,3 +145,16 @@ def shuffled_index(n: int, limit: int | None, seed: int) -> Tensor:
         generator = torch.Generator().manual_seed(seed)
         return torch.randperm(n, generator=generator)[:limit]
     return torch.arange(n)
+
+
+class ClassAccuracy:
+    """The counts and metrics of a task that predicts one class per example from
+    ``batch["labels"]``: top-1 accuracy and the loss per example."""
+
+    def counts(self, logits: Tensor, batch: dict[str, Tensor]) -> tuple[int, int]:
+        labels = batch["labels"]
+        return int((logits.argmax(-1) == labels).sum().item()), len(labels)
+
+    def metrics(self, sums: list[float], split: str) -> dict[str, float]:
+        loss, correct, n = sums
+        return {"loss": loss / max(n, 1), "accuracy": correct / max(n, 1), "examples": int(n)}

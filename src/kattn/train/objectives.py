@@ -9,8 +9,9 @@ run's header describes the data. :class:`Classification` (the LRA tasks; best = 
 accuracy), :class:`LanguageModelling` (task ``lm``: next-token prediction over contiguous
 blocks of a corpus; best = lowest loss), :class:`~kattn.train.translation.Translation`
 (sentence pairs; best = lowest loss, BLEU at the end) and the image tasks
-(:class:`~kattn.train.images.ImageClassification`, best = highest accuracy, top-5 at the end;
-:class:`~kattn.train.images.ImageGeneration`, best = lowest bits/dim, samples at the end).
+(:class:`~kattn.train.image_classification.ImageClassification`, best = highest accuracy,
+top-5 at the end; :class:`~kattn.train.image_generation.ImageGeneration`, best = lowest
+bits/dim, samples at the end).
 :data:`OBJECTIVES` is the one place that chooses the objective of a task.
 
 Summed statistics are ``[loss_sum, correct, count]`` (count: examples or target tokens), so
@@ -31,14 +32,15 @@ from ..data import DataFormatError, LMData, TaskData, Tokenizer, unigram_bits_pe
 from .batches import key_mask, majority_baseline, make_batch
 from .config import CLASSIFICATION_TASKS, RunConfig
 from .field_checks import refuse_image_fields, refuse_translation_fields
-from .images import ImageClassification, ImageGeneration
-from .objective_base import SPLITS, Objective, shuffled_index
+from .image_classification import ImageClassification
+from .image_generation import ImageGeneration
+from .objective_base import SPLITS, ClassAccuracy, Objective, shuffled_index
 from .tasks import block_size, build_lm, load_lm_data, load_task, run_tokenizer
 from .tasks import build_model as build_classifier
 from .translation import Translation
 
 
-class Classification(Objective[TaskData]):
+class Classification(ClassAccuracy, Objective[TaskData]):
     """Sequence (pair) classification of an LRA task; best = highest validation accuracy."""
 
     best_metric, higher_is_better = "accuracy", True
@@ -104,14 +106,6 @@ class Classification(Objective[TaskData]):
 
     def loss(self, logits: Tensor, batch: dict[str, Tensor], reduction: str = "mean") -> Tensor:
         return F.cross_entropy(logits.float(), batch["labels"], reduction=reduction)
-
-    def counts(self, logits: Tensor, batch: dict[str, Tensor]) -> tuple[int, int]:
-        labels = batch["labels"]
-        return int((logits.argmax(-1) == labels).sum().item()), len(labels)
-
-    def metrics(self, sums: list[float], split: str) -> dict[str, float]:
-        loss, correct, n = sums
-        return {"loss": loss / max(n, 1), "accuracy": correct / max(n, 1), "examples": int(n)}
 
     def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
         return {

@@ -50,7 +50,7 @@ def _causal_linear_forward(
     q_ptr, k_ptr, v_ptr, o_ptr, length, m, dv, eps,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr,
 ):  # fmt: skip
-    seq = tl.program_id(0)
+    seq = tl.program_id(0).to(tl.int64)  # B·H·L·M may pass 2³¹
     q_ptr += seq * length * m
     k_ptr += seq * length * m
     v_ptr += seq * length * dv
