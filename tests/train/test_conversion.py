@@ -35,7 +35,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("conversion")
     data = write_iwslt(root / "iwslt")
     settings = {
-        "softmax": ("train.steps=300", "train.eval_every=100"),
+        "softmax": ("train.steps=300", "train.eval_every=100", "train.length_penalty=0.6",
+                    "train.max_len_b=7"),  # decoding settings that are not Decoding's defaults
         "normalized_rpe": ("train.steps=100", "train.eval_every=100",
                            "attention.name=normalized_softmax", 'attention.options.rpe="toeplitz"'),
     }  # fmt: skip
@@ -135,6 +136,12 @@ def test_convert_out_is_a_run_folder_that_translates(runs, tmp_path: Path, capsy
     assert config["options"] == {"num_features": 64}
     report = json.loads((out / "conversion.json").read_text())
     assert report["metrics"]["before"]["bleu_sentences"] == 5
+    run_config = json.loads((run / "config.json").read_text())["train"]
+    decoding = report["metrics"]["before"]["decoding"]  # the run's, with the command's beam
+    assert decoding["beam_size"] == 1
+    assert decoding["length_penalty"] == run_config["length_penalty"] == 0.6
+    assert (decoding["max_len_a"], decoding["max_len_b"]) == (run_config["max_len_a"],
+                                                            run_config["max_len_b"])  # fmt: skip
     source = tmp_path / "in.de"
     source.write_text("wort1 wort2 wort3\nwort4\n", "utf-8")
     target = tmp_path / "out.en"
@@ -142,7 +149,8 @@ def test_convert_out_is_a_run_folder_that_translates(runs, tmp_path: Path, capsy
                  str(target), "--beam", "1"]) == 0  # fmt: skip
     model, _ = convert_run(run, None, {"num_features": 64}, seed=7)
     _, _, bpe = load_trained_model(run)
-    expected = translate_texts(model, bpe, ["wort1 wort2 wort3", "wort4"], Decoding(beam_size=1))
+    decoding = Decoding(1, 0.6, run_config["max_len_a"], 7)  # kattn translate: the run's own
+    expected = translate_texts(model, bpe, ["wort1 wort2 wort3", "wort4"], decoding)
     assert target.read_text("utf-8").splitlines() == expected
     assert main(argv) == 2  # the folder holds a run now
     assert "already holds a run" in capsys.readouterr().err

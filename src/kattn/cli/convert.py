@@ -5,10 +5,10 @@ after; ``--out`` writes the converted model as a run folder."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
-from ..train.bleu import Decoding
 from ..train.checkpoint import json_text
 from ..train.conversion import (
     convert_run,
@@ -18,6 +18,7 @@ from ..train.conversion import (
 )
 from ..train.distributed import check_device
 from ..train.trained import load_trained_model
+from ..train.translation import decoding_of
 from .types import int_at_least
 
 
@@ -105,7 +106,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except ValueError as err:  # the library's advice, in the command's words
         raise ValueError(str(err).replace("pass strict=False", "pass --no-strict")) from None
-    decoding = Decoding(beam_size=args.beam)
+    # the run's decoding (length penalty, length limits) with the command's beam
+    decoding = dataclasses.replace(decoding_of(config), beam_size=args.beam)
 
     def score(model: Any) -> dict[str, Any]:
         return evaluate_translation(

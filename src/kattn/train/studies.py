@@ -35,6 +35,7 @@ from .conversion import convert_run, evaluate_translation, load_run_data
 from .loop import CONFIG, RESULTS, train
 from .study_report import markdown, plot, summarise
 from .trained import load_trained_model
+from .translation import decoding_of
 from .validation import validate
 
 STUDIES = ("conversion", "feature-dim", "feature-map")
@@ -219,7 +220,6 @@ def run_study(
         ]
     else:
         columns = [{"key": "trained", "label": "trained"}]
-    decoding = Decoding(beam_size=settings.beam)
     records, runs = [], []
     total = len(rows) * settings.seeds
     for r, row in enumerate(rows):
@@ -233,6 +233,7 @@ def run_study(
             runs.append({"name": run.name, "row": row.key, "seed": seed, "status": status,
                          "attention": asdict(row.attention)})  # fmt: skip
             base = {"run": run.name, "row": row.key, "seed": seed}
+            decoding = decoding_of(config)  # the run's decoding, with the study's beam
             records += _score(study, run, settings, decoding, columns, base, say)
     study_json = {
         "study": study,
@@ -269,7 +270,7 @@ def _score(
     same scoring settings runs again (an interrupted or extended study does not score twice)."""
     key = {
         "study": study, "columns": [c["key"] for c in columns], "sampling": settings.sampling,
-        "bleu_examples": settings.bleu_examples, "beam": decoding.beam_size,
+        "bleu_examples": settings.bleu_examples, "decoding": decoding.as_dict(),
         "best_pt_mtime_ns": (run / "best.pt").stat().st_mtime_ns,
     }  # fmt: skip
     cached = _cached_scores(run, key)
