@@ -177,7 +177,7 @@ def run_training(out: Path, plan: DemoPlan, names: tuple[str, ...]) -> dict[str,
     """A short ListOps run of each mechanism in ``names`` (the ``small`` preset), each in a
     process of its own (:func:`in_fresh_process`; a script calling this needs the usual
     ``if __name__ == "__main__":`` guard of multiprocessing)."""
-    from ..train.config import apply_overrides, preset
+    from ..train.overrides import apply_overrides, preset
     from ..train.tasks import EMBEDDED_LISTOPS
 
     data = _listops(out, plan)

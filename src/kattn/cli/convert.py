@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import Any
 
 from ..train.checkpoint import json_text
@@ -17,6 +16,7 @@ from ..train.conversion import (
     write_converted_run,
 )
 from ..train.distributed import check_device
+from ..train.overrides import parse_value
 from ..train.trained import load_trained_model
 from ..train.translation import decoding_of
 from .types import int_at_least
@@ -88,10 +88,7 @@ def _options(items: list[str] | None) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--attention-option is KEY=VALUE, got {item!r}")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            options[key] = value
+        options[key] = parse_value(value)
     return options
 
 

@@ -8,8 +8,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..train.config import PRESETS
 from ..train.distributed import check_device
+from ..train.presets import PRESETS
 from ..train.studies import FEATURE_MAPS, VARIANTS, StudySettings, run_study
 from .types import int_at_least, int_list, name_list, output_folder
 

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from ..train.checkpoint import json_text
-from ..train.config import PRESETS, TASKS, RunConfig
+from ..train.config import TASKS, RunConfig
 from ..train.distributed import check_device, processes_from_env
 from ..train.loop import Interrupted, train
 from ..train.objectives import objective_class
+from ..train.presets import PRESETS
 from ..train.run import TrainOptions, evaluate_saved_run, resolve_config
 from ..train.validation import validate
 

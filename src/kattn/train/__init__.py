@@ -4,17 +4,15 @@ read back (:func:`load_trained_model`), evaluated again (:func:`evaluate_saved_r
 language models, sampled (:func:`generate_text`)."""
 
 from .config import (
-    PRESETS,
     AttentionConfig,
     DataConfig,
     LoopConfig,
     ModelConfig,
     OptimConfig,
     RunConfig,
-    apply_overrides,
-    preset,
 )
 from .generate import Generation, generate_text
+from .overrides import PRESETS, apply_overrides, preset
 from .run import TrainOptions, evaluate_saved_run, resolve_config
 from .trained import load_trained_model
 

@@ -14,13 +14,10 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from ..registry import MECHANISMS
-from .presets import PRESETS
 
 #: the classification tasks of the Long Range Arena.
 CLASSIFICATION_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
@@ -221,14 +218,14 @@ class RunConfig:
             )
         config = cls()
         for section, entries in values.items():
-            part = _section(config, section)
+            part = config_section(config, section)
             if not isinstance(entries, Mapping):
                 raise ValueError(
                     f"config section {section!r} must be a JSON object of its fields, "
                     f"got {_json_kind(entries)}"
                 )
             for key, value in entries.items():
-                value = _coerce(_field(part, section, key), value, f"{section}.{key}")
+                value = coerce_value(config_field(part, section, key), value, f"{section}.{key}")
                 setattr(part, key, dict(value) if isinstance(value, dict) else value)
         return config
 
@@ -265,57 +262,16 @@ def _json_kind(value: Any) -> str:
     return kinds.get(type(value), type(value).__name__)
 
 
-def preset(name: str, task: str) -> RunConfig:
-    """The config of preset ``name`` for ``task`` (the dataclass defaults are Skyformer's)."""
-    if task not in TASKS:
-        raise ValueError(f"task must be one of {', '.join(TASKS)}, got {task!r}")
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(sorted(PRESETS))}")
-    if task not in PRESETS[name]:
-        raise ValueError(
-            f"preset {name!r} has no {task} configuration; it has {', '.join(PRESETS[name])}"
-        )
-    config = RunConfig()
-    config.data.task = task
-    apply_overrides(config, [f"{k}={json.dumps(v)}" for k, v in PRESETS[name][task].items()])
-    return config
-
-
-def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
-    """Apply ``section.field=value`` strings in place; values are parsed as JSON when they
-    can be (``4``, ``0.1``, ``true``, ``null``, ``"x"``), else taken as strings, then checked
-    against the field's type. ``attention.options.KEY=value`` sets a mechanism option
-    (``attention.decoder_options.KEY``, ``attention.cross_options.KEY``: translation's decoder
-    and cross-attention)."""
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"an override is 'section.field=value', got {item!r}")
-        value = _parse(raw)
-        parts = key.split(".")
-        if parts[0] == "attention" and len(parts) == 3 and parts[1] in _OPTION_DICTS:
-            getattr(config.attention, parts[1])[parts[2]] = value
-            continue
-        if len(parts) != 2:
-            raise ValueError(f"an override key is 'section.field', got {key!r}")
-        section, name = parts
-        part = _section(config, section)
-        setattr(part, name, _coerce(_field(part, section, name), value, key))
-    return config
-
-
-#: the attention fields that hold mechanism options (``attention.options.KEY=value``).
-_OPTION_DICTS = ("options", "decoder_options", "cross_options")
-
-
-def _section(config: RunConfig, section: str) -> Any:
+def config_section(config: RunConfig, section: str) -> Any:
+    """Section ``section`` of ``config`` (ValueError naming the sections otherwise)."""
     names = [f.name for f in dataclasses.fields(config)]
     if section not in names:
         raise ValueError(f"unknown config section {section!r}; sections: {', '.join(names)}")
     return getattr(config, section)
 
 
-def _field(part: Any, section: str, name: str) -> dataclasses.Field[Any]:
+def config_field(part: Any, section: str, name: str) -> dataclasses.Field[Any]:
+    """Field ``name`` of section ``part`` (ValueError naming its fields otherwise)."""
     fields = {f.name: f for f in dataclasses.fields(part)}
     if name not in fields:
         raise ValueError(
@@ -324,15 +280,10 @@ def _field(part: Any, section: str, name: str) -> dataclasses.Field[Any]:
     return fields[name]
 
 
-def _parse(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
-def _coerce(spec: dataclasses.Field[Any], value: Any, key: str) -> Any:
+def coerce_value(spec: dataclasses.Field[Any], value: Any, key: str) -> Any:
     hint = typing.get_type_hints(_owner(spec))[spec.name]
+    """``value`` as field ``spec`` takes it (an int where a float goes), else ValueError
+    naming ``key`` and the types the field allows."""
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     allowed = typing.get_args(hint) if union else (hint,)
     if value is None and type(None) in allowed:
@@ -359,45 +310,3 @@ def _owner(spec: dataclasses.Field[Any]) -> type:
         if spec in dataclasses.fields(cls):
             return cls
     raise LookupError(spec.name)
-
-
-def unaccepted_options(name: str, options: Mapping[str, Any]) -> list[str]:
-    """The names in ``options`` that mechanism ``name`` does not take (none when the
-    mechanism checks its options itself)."""
-    entry = MECHANISMS.get(name)
-    valid = entry.cls.option_names({**entry.defaults, **options})
-    return [] if valid is None else sorted(set(options) - set(valid))
-
-
-def drop_preset_options(
-    config: RunConfig, preset_options: Mapping[str, Any], user_options: Iterable[str]
-) -> list[str]:
-    """Remove from ``config.attention.options`` the options that came from the preset
-    (``preset_options``), were not set by the user (``user_options``: their names) and that
-    the chosen mechanism does not take (a preset's ``num_features`` with ``softmax``); return
-    ``KEY=VALUE`` of each. The user's options are kept, so an unknown one still raises when
-    the model is built."""
-    options, given = config.attention.options, set(user_options)
-    foreign = unaccepted_options(config.attention.name, options)
-    dropped = [key for key in foreign if key in preset_options and key not in given]
-    for key in dropped:
-        del options[key]
-    return [f"{key}={json.dumps(preset_options[key])}" for key in dropped]
-
-
-def drop_preset_part_options(
-    config: RunConfig, preset_parts: Mapping[str, Mapping[str, Any]], user_options: Iterable[str]
-) -> list[str]:
-    """As :func:`drop_preset_options` for translation's ``attention.decoder_options`` and
-    ``attention.cross_options`` (``preset_parts``: the preset's, by field name;
-    ``user_options``: ``FIELD.KEY`` names the user set), each against the mechanism it
-    configures (``attention.decoder`` / ``attention.cross``, default ``attention.name``)."""
-    a, given, dropped = config.attention, set(user_options), []
-    for part, mechanism in (("decoder_options", a.decoder), ("cross_options", a.cross)):
-        values = getattr(a, part)
-        foreign = unaccepted_options(mechanism or a.name, {**a.options, **values})
-        for key in foreign:
-            if key in values and key in preset_parts[part] and f"{part}.{key}" not in given:
-                del values[key]
-                dropped.append(f"{part}.{key}={json.dumps(preset_parts[part][key])}")
-    return dropped

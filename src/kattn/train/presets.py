@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-#: the tasks that every classification preset covers.
-_CLASSIFICATION = ("listops", "text", "retrieval", "image", "pathfinder")
+from .config import CLASSIFICATION_TASKS
 
 #: the optimiser and model conventions shared by the official LRA configs and the KL-Transformer:
 #: AdamW β₂ 0.98, eps 1e-9, weight decay 0.1, linear warm-up then rsqrt decay, no clipping,
@@ -96,7 +95,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         **{task: {"optim.lr": 1e-3, "optim.warmup_steps": 100, "train.steps": 3000,
                   "train.eval_every": 500, "train.batch_size": 64, "model.dropout": 0.0,
                   "model.attention_dropout": 0.0}
-           for task in _CLASSIFICATION},
+           for task in CLASSIFICATION_TASKS},
         "lm": {"model.dim": 128, "model.num_layers": 2, "model.num_heads": 4,
                "model.ffn_dim": 512, "model.dropout": 0.0, "model.attention_dropout": 0.0,
                "data.block_size": 256, "train.batch_size": 16, "train.steps": 1000,

@@ -8,16 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import save_json
-from .config import (
-    RunConfig,
-    apply_overrides,
-    drop_preset_options,
-    drop_preset_part_options,
-    load_config,
-    preset,
-)
+from .config import RunConfig, load_config
 from .loop import evaluate_run
 from .objectives import objective_class
+from .overrides import apply_overrides, drop_preset_options, drop_preset_part_options, preset
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,10 @@ from typing import Any
 
 from .bleu import Decoding
 from .checkpoint import LAST, save_json
-from .config import AttentionConfig, RunConfig, apply_overrides, load_config, preset
+from .config import AttentionConfig, RunConfig, load_config
 from .conversion import convert_run, evaluate_translation, load_run_data
 from .loop import CONFIG, RESULTS, train
+from .overrides import apply_overrides, preset
 from .study_report import markdown, plot, summarise
 from .trained import load_trained_model
 from .translation import decoding_of
