@@ -93,14 +93,19 @@ def test_before_after_quick_run_compares_two_versions(tmp_path):
     assert len(report["round_seconds"]["before"]) == len(report["round_seconds"]["after"]) == 2
 
 
-def _sparse_speed_report():
-    """``benchmarks/sparse_speed_report.py``, imported as its script imports it."""
+def import_benchmark(name: str):
+    """``benchmarks/<name>.py``, imported as its scripts import it (``benchmarks/`` on the
+    path)."""
     benchmarks = str(ROOT / "benchmarks")
     sys.path.insert(0, benchmarks)
     try:
-        return importlib.import_module("sparse_speed_report")
+        return importlib.import_module(name)
     finally:
         sys.path.remove(benchmarks)
+
+
+def _sparse_speed_report():
+    return import_benchmark("sparse_speed_report")
 
 
 @pytest.mark.parametrize("length", [1, 5, 17, 64])

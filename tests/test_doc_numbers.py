@@ -1,12 +1,12 @@
 """The measured numbers of README.md and docs/ agree with the committed result files they cite
 (``benchmarks/doc_numbers.py``), and the check catches a number that does not."""
 
-import importlib
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from .test_benchmark_scripts import import_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -14,12 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _load_tool():
     """``benchmarks/doc_numbers.py`` imported as its command runs it, with ``benchmarks/`` on the
     path, where its parts (``doc_numbers_parts/``) are."""
-    benchmarks = str(ROOT / "benchmarks")
-    sys.path.insert(0, benchmarks)
-    try:
-        return importlib.import_module("doc_numbers")
-    finally:
-        sys.path.remove(benchmarks)
+    return import_benchmark("doc_numbers")
 
 
 dn = _load_tool()

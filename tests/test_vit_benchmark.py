@@ -1,23 +1,15 @@
 """``benchmarks/vit_speed.py`` runs end to end (``--quick``) and writes its tables; its pure
 parts (sizes, ratios) compute what they say."""
 
-import importlib
 import json
-import sys
 
 import pytest
 
-from .test_benchmark_scripts import ROOT, run_quick
+from .test_benchmark_scripts import import_benchmark, run_quick
 
 
 def _report_module():
-    """``benchmarks/vit_speed_report.py``, imported as its script imports it."""
-    benchmarks = str(ROOT / "benchmarks")
-    sys.path.insert(0, benchmarks)
-    try:
-        return importlib.import_module("vit_speed_report")
-    finally:
-        sys.path.remove(benchmarks)
+    return import_benchmark("vit_speed_report")
 
 
 def test_vit_speed_quick_run_writes_results(tmp_path):

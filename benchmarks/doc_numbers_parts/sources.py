@@ -95,5 +95,13 @@ def cited_as(path: str) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+def ratio_cell(r: dict | None) -> str:
+    """A ratio of medians with its per-round range, ``"1.23× (1.10–1.40)"``; ``"—"`` for
+    none."""
+    if r is None:
+        return "—"
+    return f"{r['value']:.2f}× ({min(r['rounds']):.2f}–{max(r['rounds']):.2f})"
+
+
 def mib(nbytes: float) -> float:
     return nbytes / 2**20

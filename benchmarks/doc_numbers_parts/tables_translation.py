@@ -4,17 +4,13 @@ encoder–decoder Transformer, softmax with caches against kernelized attention
 
 from __future__ import annotations
 
-from .sources import mib
+from .sources import mib, ratio_cell
 
 #: how the page names the two configurations of the run
 CONFIG_LABELS = {
     "softmax": "softmax (key/value cache)",
     "nprf_rpe": "`nprf_rpe`, decoder `decay`",
 }
-
-
-def _ratio(r: dict) -> str:
-    return f"{r['value']:.2f}× ({min(r['rounds']):.2f}–{max(r['rounds']):.2f})"
 
 
 def translation_decode(d: dict) -> str:
@@ -42,7 +38,7 @@ def translation_decode(d: dict) -> str:
             )
         ratio = d["ratios"][length]
         cells = " | ".join(
-            _ratio(ratio[k])
+            ratio_cell(ratio[k])
             for k in ("encode_seconds", "first_seconds", "last_seconds", "all_seconds")
         )
         lines.append(f"| {n} | softmax / `nprf_rpe` | {cells} "

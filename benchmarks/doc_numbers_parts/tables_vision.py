@@ -4,7 +4,7 @@ its Table 6 scores them) and the ViT-block speed of ``benchmarks/vit_speed.py``.
 
 from __future__ import annotations
 
-from .sources import mib
+from .sources import mib, ratio_cell
 
 #: the classification runs: how the page names each configuration, and its run folders under
 #: benchmarks/results/vision/ (one per seed: 42, the default, then 1 and 2).
@@ -14,9 +14,8 @@ VISION_CLS_CONFIGS = (
     ("`nprf_rpe` with 2-D RPE (`toeplitz2d`)", "cls-nprf_rpe"),
 )
 CLS_SEEDS = ("", "-seed1", "-seed2")
-VISION_CLS_FOLDERS = tuple(f"{run}{seed}" for _, run in VISION_CLS_CONFIGS for seed in CLS_SEEDS)
-#: the generation runs.
-VISION_GEN_RUNS = (
+#: the generation runs: folder → how the page names it.
+VISION_GEN_LABELS = (
     ("gen-softmax", "softmax"),
     ("gen-nprf_rpe", "`nprf_rpe` with 2-D RPE (`toeplitz2d`)"),
 )
@@ -79,7 +78,7 @@ def vision_generation(*runs: dict) -> str:
         f"| one histogram of all sub-pixels (train) | {hist['marginal']:.3f} | | |",
         f"| one histogram per sub-pixel position (train) | {hist['per_position']:.3f} | | |",
     ]
-    for (_, label), run in zip(VISION_GEN_RUNS, runs, strict=True):
+    for (_, label), run in zip(VISION_GEN_LABELS, runs, strict=True):
         lines.append(
             f"| {label} | {run['test_bits_per_dim']:.3f} | "
             f"{run['best_valid_bits_per_dim']:.3f} | {run['wall_time_s']:,.0f} s |"
@@ -93,12 +92,6 @@ def vision_generation(*runs: dict) -> str:
         f"{first['steps']:,} steps of batch {first['config']['train']['batch_size']}.",
     ]
     return "\n".join(lines)
-
-
-def _ratio(r: dict | None) -> str:
-    if r is None:
-        return "—"
-    return f"{r['value']:.2f}× ({min(r['rounds']):.2f}–{max(r['rounds']):.2f})"
 
 
 def vit_speed(d: dict) -> str:
@@ -125,7 +118,7 @@ def vit_speed(d: dict) -> str:
         lines.append(
             f"| {row['image']}² | {row['patch']} | {row['length']:,} | "
             f"{1e3 * t['softmax']:,.0f} | {1e3 * t['nprf_rpe']:,.0f} | "
-            f"{_ratio(row['time_ratio'])} | {row['kernelized_path']} | {fft} | "
-            f"{_ratio(row['fft_time_ratio'])} | {peaks} |"
+            f"{ratio_cell(row['time_ratio'])} | {row['kernelized_path']} | {fft} | "
+            f"{ratio_cell(row['fft_time_ratio'])} | {peaks} |"
         )
     return "\n".join(lines)

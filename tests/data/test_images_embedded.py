@@ -68,7 +68,7 @@ def test_embedded_classes_are_balanced_and_not_told_by_colour(
     mean, test_mean = train.mean((2, 3)), test.mean((2, 3))
     centres = torch.stack([mean[data.train.labels == k].mean(0) for k in range(10)])
     predicted = torch.cdist(test_mean, centres).argmin(1)
-    assert (predicted == data.test.labels).double().mean() < 0.3
+    assert (predicted == data.test.labels).double().mean() < 0.15
 
     # while the same classifier on a shift-invariant picture of the shape (log |FFT| of the
     # image less its mean colour, summed over channels) tells most classes apart
