@@ -29,13 +29,9 @@ from torch import Tensor, nn
 from ..checks import positive_int
 from .causal_lm import CausalLM, _checked
 from .generation import check_sampling, sample_next
+from .image_grid import IMAGE_POSITIONS, with_grid
 from .image_grid import image_size as parse_image_size
-from .image_grid import with_grid
-
-#: values of one sub-pixel; the start token is the id after them.
-LEVELS = 256
-#: ``positions`` of :class:`ImageGenerator`.
-IMAGE_POSITIONS = ("learned", "none")
+from .image_tools import LEVELS  # values of one sub-pixel; the start token is the id after them
 
 #: Model settings by name, for :meth:`ImageGenerator.from_preset`.
 #:

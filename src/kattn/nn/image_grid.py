@@ -18,6 +18,10 @@ from .. import positional
 from ..checks import is_positive_int
 from ..registry import spec
 
+#: ``positions`` of the image models: learned absolute positions, or none (the relative
+#: encoding alone).
+IMAGE_POSITIONS = ("learned", "none")
+
 
 def image_size(value: int | tuple[int, int]) -> tuple[int, int]:
     """``(H, W)`` of ``value``: a positive int (a square image) or a pair of them.

@@ -25,13 +25,11 @@ from .. import positional
 from ..checks import boolean, is_positive_int
 from ..registry import spec
 from .encoder import DropPath, EncoderLayer, attention_penalties, shared_rpe_options
+from .image_grid import IMAGE_POSITIONS, planar_encoding, with_grid
 from .image_grid import image_size as parse_image_size
-from .image_grid import planar_encoding, with_grid
 
 #: ``pooling`` options of :class:`VisionTransformer`.
 POOLINGS = ("gap", "cls")
-#: ``positions`` options of :class:`VisionTransformer` (absolute positions of the patches).
-VIT_POSITIONS = ("learned", "none")
 
 #: Model sizes. The DeiT ones (Touvron et al. 2021, Table 1) take 224×224 images in 16×16
 #: patches, 1,000 classes and stochastic depth 0.1; ``small`` is a CPU-sized model for 32×32
@@ -104,8 +102,8 @@ class VisionTransformer(nn.Module):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}")
-        if positions not in VIT_POSITIONS:
-            raise ValueError(f"positions must be one of {VIT_POSITIONS}, got {positions!r}")
+        if positions not in IMAGE_POSITIONS:
+            raise ValueError(f"positions must be one of {IMAGE_POSITIONS}, got {positions!r}")
         for name, value in (("in_channels", in_channels), ("num_classes", num_classes),
                             ("num_layers", num_layers)):  # fmt: skip
             if not is_positive_int(value):

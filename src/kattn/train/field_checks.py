@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..nn.image_grid import IMAGE_POSITIONS
 from .config import DataConfig, ModelConfig, RunConfig
 
 #: the data fields of the image tasks, and the model fields of the image classifier.
@@ -63,7 +64,7 @@ def refuse_unread_model_fields(config: RunConfig, read: tuple[str, ...]) -> None
                 f"model.{f.name} is not used by task {task} (it reads model."
                 f"{', model.'.join(read)})"
             )
-    if model.positions not in ("learned", "none"):
+    if model.positions not in IMAGE_POSITIONS:
         raise ValueError(
             f"model.positions must be learned or none for task {task}, got {model.positions!r}"
         )
