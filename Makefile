@@ -15,7 +15,7 @@ STAMP := $(VENV)/.installed-torch-$(or $(TORCH),any)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[dev,plot,data,train,text,translation,gpu]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,plot,data,train,text,translation,gpu,hf]"
 	touch $(STAMP)
 
 demo: $(STAMP)
