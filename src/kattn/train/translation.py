@@ -206,20 +206,22 @@ class Translation(Objective[TranslationData]):
     def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
         pairs = [i for b in index.tolist() for i in self.plans[split][b]]
         batch = self.data.batch(split, pairs)
+        tensors = {
+            "src": batch.src, "src_padding": batch.src_padding, "tgt_in": batch.tgt_in,
+            "tgt_out": batch.tgt_out, "tgt_padding": batch.tgt_padding,
+        }  # fmt: skip
+        # a padding mask with no padded token is left out here, on the CPU, so that the
+        # forward needs no device-to-host sync to find out
         return {
-            "src": batch.src.to(device, non_blocking=True),
-            "src_padding": batch.src_padding.to(device, non_blocking=True),
-            "tgt_in": batch.tgt_in.to(device, non_blocking=True),
-            "tgt_out": batch.tgt_out.to(device, non_blocking=True),
-            "tgt_padding": batch.tgt_padding.to(device, non_blocking=True),
+            name: tensor.to(device, non_blocking=True)
+            for name, tensor in tensors.items()
+            if not (name.endswith("_padding") and not bool(tensor.any()))
         }
 
     def forward(self, net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        src_pad, tgt_pad = batch["src_padding"], batch["tgt_padding"]
         return net(
-            batch["src"], batch["tgt_in"],
-            src_pad if bool(src_pad.any()) else None, tgt_pad if bool(tgt_pad.any()) else None,
-        )  # fmt: skip
+            batch["src"], batch["tgt_in"], batch.get("src_padding"), batch.get("tgt_padding")
+        )
 
     def loss(self, logits: Tensor, batch: dict[str, Tensor], reduction: str = "mean") -> Tensor:
         """Label-smoothed cross entropy (mean over target tokens) for training; the plain
