@@ -23,6 +23,13 @@ _HELP = {
     "al. 2021, §4.5, Figure 3b)",
 }
 
+#: each study's feature map dimensions M: the default and what they are.
+_FEATURES = {
+    "conversion": ((16, 32, 64, 128), "feature map dimensions M of the conversions"),
+    "feature-dim": ((16, 32, 64, 128), "the feature map dimensions M trained"),
+    "feature-map": ((16,), "M of the encoder, as in Luo et al. §4.3"),
+}
+
 
 def add_study_parser(sub: Any) -> None:
     """Add ``study`` and its three studies to the ``kattn`` subcommands."""
@@ -41,11 +48,12 @@ def add_study_parser(sub: Any) -> None:
     for name, text in _HELP.items():
         q = studies.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
         _common(q, name)
+        default, text = _FEATURES[name]
+        q.add_argument(
+            "--features", type=int_list(1), default=default,
+            help=f"{text} (default {','.join(map(str, default))})",
+        )  # fmt: skip
         if name == "conversion":
-            q.add_argument(
-                "--features", type=int_list(1), default=(16, 32, 64, 128),
-                help="feature map dimensions M of the conversions (default 16,32,64,128)",
-            )  # fmt: skip
             q.add_argument(
                 "--variants", type=name_list, default=",".join(VARIANTS),
                 help=f"the trained variants (default all: {','.join(VARIANTS)})",
@@ -57,18 +65,10 @@ def add_study_parser(sub: Any) -> None:
             )  # fmt: skip
         elif name == "feature-dim":
             q.add_argument(
-                "--features", type=int_list(1), default=(16, 32, 64, 128),
-                help="the feature map dimensions M trained (default 16,32,64,128)",
-            )  # fmt: skip
-            q.add_argument(
                 "--decoder-features", type=int_at_least(1),
                 help="M of the decoder's self- and cross-attention (default: the same M)",
             )  # fmt: skip
         else:
-            q.add_argument(
-                "--features", type=int_list(1), default=(16,),
-                help="M of the encoder (default 16, Luo et al. §4.3)",
-            )  # fmt: skip
             q.add_argument(
                 "--decoder-features", type=int_at_least(1), default=24,
                 help="M of the decoder's self- and cross-attention (default 24, §4.3)",
