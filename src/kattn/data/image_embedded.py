@@ -34,9 +34,6 @@ back through the CIFAR-10 reader (valid: the last 10% of train).
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,7 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .cache import cache_dir
+from .cache import cache_dir, generated_folder, parameters_key
 from .images_cifar import META_FILE, TEST_FILE, TRAIN_FILES, write_cifar10
 
 SHAPE_CLASSES = (
@@ -134,33 +131,28 @@ def embedded_images(create: bool = True) -> Path:
     leaves a half-written set behind; the temporary folder is removed when the write fails or
     another process renamed its own first. Generation takes about a second.
     """
-    key = hashlib.sha256(json.dumps(EMBEDDED_IMAGES, sort_keys=True).encode()).hexdigest()
-    folder = cache_dir() / "images" / f"shapes10-v{EMBEDDED_IMAGES_VERSION}-{key[:12]}"
-    if create and not (folder / META_FILE).exists():
+    key = parameters_key(EMBEDDED_IMAGES)
+    folder = cache_dir() / "images" / f"shapes10-v{EMBEDDED_IMAGES_VERSION}-{key}"
+    if not create:
+        return folder
+
+    def write(partial: Path) -> None:
         params = {k: v for k, v in EMBEDDED_IMAGES.items() if k not in ("num_train", "num_test")}
         seed = params.pop("seed")
         train, train_labels = generate_shapes(
             EMBEDDED_IMAGES["num_train"], seed=[seed, 0], **params
         )
         test, test_labels = generate_shapes(EMBEDDED_IMAGES["num_test"], seed=[seed, 1], **params)
-        partial = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-        try:
-            write_cifar10(
-                partial,
-                train.reshape(len(train), -1),
-                train_labels,
-                test.reshape(len(test), -1),
-                test_labels,
-                list(SHAPE_CLASSES),
-            )
-            try:
-                partial.rename(folder)
-            except OSError:  # another process finished first
-                if not (folder / META_FILE).exists():
-                    raise
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)  # gone already after the rename
-    return folder
+        write_cifar10(
+            partial,
+            train.reshape(len(train), -1),
+            train_labels,
+            test.reshape(len(test), -1),
+            test_labels,
+            list(SHAPE_CLASSES),
+        )
+
+    return generated_folder(folder, META_FILE, write)
 
 
 def embedded_source(folder: Path) -> dict[str, Any]:

@@ -11,9 +11,6 @@ once by :func:`kattn.data.generate_listops` and cached (``$KATTN_CACHE``, else
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +34,7 @@ from ..data import (
     tokenize_corpus,
     write_listops,
 )
-from ..data.cache import cache_dir
+from ..data.cache import cache_dir, generated_folder, parameters_key
 from ..nn import CausalLM, DualEncoderClassifier, SequenceClassifier
 from .config import LM_BLOCK_SIZE, RunConfig
 
@@ -60,23 +57,20 @@ EMBEDDED_LISTOPS: dict[str, int] = {
 
 def embedded_listops(create: bool = True) -> Path:
     """The folder of the embedded ListOps set (generated there on first use)."""
-    key = hashlib.sha256(json.dumps(EMBEDDED_LISTOPS, sort_keys=True).encode()).hexdigest()
-    folder = cache_dir() / f"listops-embedded-{key[:12]}"
-    if create and not (folder / "basic_test.tsv").exists():
+    folder = cache_dir() / f"listops-embedded-{parameters_key(EMBEDDED_LISTOPS)}"
+    if not create:
+        return folder
+
+    def write(partial: Path) -> None:
         splits = generate_listops(
             EMBEDDED_LISTOPS["num_train"],
             EMBEDDED_LISTOPS["num_valid"],
             EMBEDDED_LISTOPS["num_test"],
             **{k: v for k, v in EMBEDDED_LISTOPS.items() if not k.startswith("num_")},
         )
-        partial = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
         write_listops(partial, splits)
-        try:
-            partial.rename(folder)
-        except OSError:  # another process finished first
-            if not (folder / "basic_test.tsv").exists():
-                raise
-    return folder
+
+    return generated_folder(folder, "basic_test.tsv", write)
 
 
 def load_task(config: RunConfig) -> TaskData:
