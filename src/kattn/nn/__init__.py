@@ -1,7 +1,7 @@
 """Modules built on the mechanisms: the drop-in multi-head attention, ``patch``,
 ``convert_attention``, and the encoder and classifier of the LRA models, the causal language
-model, the encoder–decoder Transformer with its searches, the Vision Transformer and the
-pixel-level image generator."""
+model, the masked language model (BERT's pre-training), the encoder–decoder Transformer with
+its searches, the Vision Transformer and the pixel-level image generator."""
 
 from .causal_lm import CausalLM, DecodingState
 from .classifiers import DualEncoderClassifier, SequenceClassifier
@@ -9,6 +9,7 @@ from .convert import ConversionReport, ModuleConversion, convert_attention
 from .encoder import EncoderLayer, TransformerEncoder, sinusoidal_positions
 from .generation import generate, sample_next
 from .image_generator import GENERATOR_PRESETS, ImageGenerator
+from .masked_lm import MaskedLM
 from .multihead import MultiheadAttention
 from .patch import patch
 from .seq2seq import Seq2Seq, Seq2SeqState
@@ -24,6 +25,7 @@ __all__ = [
     "DualEncoderClassifier",
     "EncoderLayer",
     "ImageGenerator",
+    "MaskedLM",
     "ModuleConversion",
     "MultiheadAttention",
     "Seq2Seq",

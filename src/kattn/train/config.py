@@ -1,8 +1,9 @@
 """Typed configuration of a training run, the papers' presets, and dotted overrides.
 
 A run is a :class:`RunConfig` of five parts (``model``, ``attention``, ``data``, ``optim``,
-``train``). Tasks are the five LRA classification tasks, ``lm`` (causal language modelling)
-and ``translation`` (an encoder–decoder on sentence pairs).
+``train``). Tasks are the five LRA classification tasks, ``lm`` (causal language modelling),
+``mlm`` (masked language modelling, BERT's pre-training) and ``translation`` (an
+encoder–decoder on sentence pairs).
 Presets give the papers' settings per task; ``--set model.num_layers=4`` style
 overrides change single fields, parsed to the field's type; unknown keys are refused with the
 valid ones listed. The resolved config is what a run saves as ``config.json``.
@@ -23,11 +24,14 @@ from typing import Any
 CLASSIFICATION_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 #: the image tasks (Luo et al. 2021, §4.4 and Appendix A.5).
 IMAGE_TASKS = ("image-classification", "image-generation")
-TASKS = (*CLASSIFICATION_TASKS, "lm", "translation", *IMAGE_TASKS)
-SCHEDULES = ("rsqrt", "cosine", "onecycle", "constant")
+TASKS = (*CLASSIFICATION_TASKS, "lm", "mlm", "translation", *IMAGE_TASKS)
+SCHEDULES = ("rsqrt", "cosine", "onecycle", "constant", "linear")
 AMP_DTYPES = ("bfloat16", "float16")
 #: tokens per block of task ``lm`` when ``data.block_size`` is not set.
 LM_BLOCK_SIZE = 256
+#: tokens per sequence of task ``mlm`` ([CLS] and [SEP] included) when ``data.max_len`` is
+#: not set.
+MLM_MAX_LEN = 128
 
 
 @dataclass
@@ -92,6 +96,12 @@ class DataConfig:
     HuggingFace ``.json`` or sentencepiece ``.model`` file; None: UTF-8 bytes), in blocks of
     ``block_size`` tokens (default :data:`LM_BLOCK_SIZE`).
 
+    Task ``mlm`` (masked language modelling) reads a corpus as ``lm`` does, packed into
+    sequences of ``max_len`` tokens (default :data:`MLM_MAX_LEN`) as ``[CLS] … [SEP]``, and
+    chooses ``mask_prob`` of the tokens to predict (``whole_word_mask``: of the words), of
+    which ``mask_token_share`` read [MASK], ``random_token_share`` a random token and the
+    rest themselves (BERT's 0.15 and 80/10/10).
+
     Task ``translation`` reads ``src``→``tgt`` pairs (default de→en; ``path``: an IWSLT'14
     folder as fairseq prepares it, or ``PREFIX`` of two aligned files ``PREFIX.src`` and
     ``PREFIX.tgt``; None: the embedded gettext corpus), a joint BPE of ``bpe_size`` ids
@@ -129,6 +139,10 @@ class DataConfig:
     randaugment: str | None = None
     mixup: float = 0.0
     cutmix: float = 0.0
+    mask_prob: float = 0.15
+    mask_token_share: float = 0.8
+    random_token_share: float = 0.1
+    whole_word_mask: bool = False
 
 
 @dataclass
@@ -138,7 +152,9 @@ class OptimConfig:
     Schedules: ``onecycle`` (PyTorch's ``OneCycleLR``, linear anneal, warm-up fraction
     ``warmup_steps / steps``, β₁ cycled 0.95→0.85→0.95: the Skyformer code), ``rsqrt``
     (``lr · min(1, t/w) / √max(t, w)``, LRA and the KL-Transformer: the peak is ``lr/√w``),
-    ``cosine`` (linear warm-up to ``lr``, cosine decay to 0), ``constant`` (after warm-up).
+    ``cosine`` (linear warm-up to ``lr``, cosine decay to 0), ``constant`` (after warm-up),
+    ``linear`` (linear warm-up to ``lr``, then linear decay to 0 at the last step: BERT and
+    Luo et al. 2021's pre-training).
     ``accumulate`` micro-batches make one optimiser step of ``train.batch_size`` examples.
     ``amp`` autocasts CUDA runs to ``amp_dtype`` (float16 with a gradient scaler); CPU runs
     are fp32. ``label_smoothing`` (tasks ``translation`` and ``image-classification``) mixes

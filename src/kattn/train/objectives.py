@@ -7,7 +7,9 @@ task's entries of ``results.json``. It also says what differs before and around 
 the data are read, which model is built, what a run folder keeps besides the config, how the
 run's header describes the data. :class:`Classification` (the LRA tasks; best = highest
 accuracy), :class:`LanguageModelling` (task ``lm``: next-token prediction over contiguous
-blocks of a corpus; best = lowest loss), :class:`~kattn.train.translation.Translation`
+blocks of a corpus; best = lowest loss), :class:`~kattn.train.mlm.MaskedLanguageModelling`
+(task ``mlm``: BERT's masked tokens of packed sequences; best = lowest masked loss),
+:class:`~kattn.train.translation.Translation`
 (sentence pairs; best = lowest loss, BLEU at the end) and the image tasks
 (:class:`~kattn.train.image_classification.ImageClassification`, best = highest accuracy,
 top-5 at the end; :class:`~kattn.train.image_generation.ImageGeneration`, best = lowest
@@ -34,6 +36,7 @@ from .config import CLASSIFICATION_TASKS, RunConfig
 from .field_checks import refuse_image_fields, refuse_translation_fields
 from .image_classification import ImageClassification
 from .image_generation import ImageGeneration
+from .mlm import MaskedLanguageModelling
 from .objective_base import SPLITS, ClassAccuracy, Objective, shuffled_index
 from .tasks import block_size, build_lm, load_lm_data, load_task, run_tokenizer
 from .tasks import build_model as build_classifier
@@ -260,6 +263,7 @@ class LanguageModelling(Objective[LMData]):
 OBJECTIVES: dict[str, type[Objective[Any]]] = {
     **dict.fromkeys(CLASSIFICATION_TASKS, Classification),
     "lm": LanguageModelling,
+    "mlm": MaskedLanguageModelling,
     "translation": Translation,
     "image-classification": ImageClassification,
     "image-generation": ImageGeneration,

@@ -224,3 +224,54 @@ PRESETS["luo-imagenet32"] = {
         "optim.grad_clip_value": None,
     },
 }  # fmt: skip
+
+# Minutes on a CPU (task mlm, the embedded corpus): a 2-layer pre-LN encoder of width 128 over
+# byte sequences of 128 ([CLS] and [SEP] included), BERT's masking, linear warm-up and decay.
+PRESETS["small"]["mlm"] = {
+    "model.dim": 128, "model.num_layers": 2, "model.num_heads": 4, "model.ffn_dim": 512,
+    "model.dropout": 0.0, "model.attention_dropout": 0.0, "attention.options.num_features": 64,
+    "data.max_len": 128, "train.batch_size": 32, "train.steps": 1500, "train.eval_every": 250,
+    "train.eval_batches": 16, "optim.lr": 1e-3, "optim.schedule": "linear",
+    "optim.warmup_steps": 100, "optim.eps": 1e-6, "optim.weight_decay": 0.01,
+    "optim.grad_clip_value": None, "optim.grad_clip_norm": 1.0,
+}  # fmt: skip
+
+# Luo et al. 2021, §4.1 and Appendix A.1 (Table 5): BERT-base (12 layers, 768, 12 heads, FFN
+# 3072, post-LN, learned positions as RoBERTa) with NPRF and RPE, masked language modelling
+# with 0.15 of the tokens masked (80/10/10), sequences of 512, batch 2048, 1000k steps, Adam
+# (0.9, 0.999) eps 1e-6, peak 2e-4 after 20k warm-up steps then linear decay to 0, dropout
+# 0.1, gradient norm clipped to 1.0, weight decay 0.01. The paper gives no number of random
+# features for pre-training: M = 64, that of its WikiText-103 model (§4.2), the head width.
+# The batch of 2048 is 32 accumulated micro-batches (64 sequences each on one device).
+PRESETS["luo-bert-base"] = {
+    "mlm": {
+        "model.dim": 768, "model.num_layers": 12, "model.num_heads": 12, "model.ffn_dim": 3072,
+        "model.norm_first": False, "model.positions": "learned", "model.dropout": 0.1,
+        "model.attention_dropout": 0.1, "attention.name": "nprf_rpe",
+        "attention.options.num_features": 64, "data.max_len": 512,
+        "train.batch_size": 2048, "optim.accumulate": 32, "train.steps": 1_000_000,
+        "train.eval_every": 10_000, "train.eval_batches": 4, "optim.lr": 2e-4,
+        "optim.schedule": "linear", "optim.warmup_steps": 20_000, "optim.beta2": 0.999,
+        "optim.eps": 1e-6, "optim.weight_decay": 0.01, "optim.grad_clip_value": None,
+        "optim.grad_clip_norm": 1.0,
+    },
+}  # fmt: skip
+
+# The KL-Transformer's GLUE pre-training (Chowdhury et al., Appendix B.3, Table 6): 3 layers,
+# embedding 300, 10 heads, FFN 512, sinusoidal positions, dropout 0.1, sequences of 512,
+# batch 64, Adam with weight decay 0.01 and (0.9, 0.999), peak 5e-4 after 10k warm-up steps
+# then linear decay to 0 (their min(i/10⁴, (I − i)/(I − 10⁴))), GMM-PRF with M = 128 (of
+# their {64, 128}). Five epochs of WikiText-103 at one token per word: 5 · ⌈103,227,021 /
+# (64 · 510)⌉ = 15,815 steps. Not given there: Adam's eps (PyTorch's 1e-8), clipping (none).
+# Their heads are 64 wide (Key/Query/Value Dimension); kattn's heads split the width, 30 each.
+PRESETS["kl-glue"] = {
+    "mlm": {
+        "model.dim": 300, "model.num_layers": 3, "model.num_heads": 10, "model.ffn_dim": 512,
+        "model.positions": "sinusoidal", "model.dropout": 0.1, "model.attention_dropout": 0.1,
+        "attention.name": "gmm_prf", "attention.options.num_features": 128,
+        "data.max_len": 512, "train.batch_size": 64, "train.steps": 15_815,
+        "train.eval_every": 1000, "optim.lr": 5e-4, "optim.schedule": "linear",
+        "optim.warmup_steps": 10_000, "optim.beta2": 0.999, "optim.eps": 1e-8,
+        "optim.weight_decay": 0.01, "optim.grad_clip_value": None,
+    },
+}  # fmt: skip

@@ -12,8 +12,8 @@ from .config import OptimConfig
 
 
 def schedule_factor(name: str, step: int, warmup: int, total: int) -> float:
-    """The multiplier of ``lr`` after ``step`` optimiser steps (``rsqrt``, ``cosine`` or
-    ``constant``; ``onecycle`` is PyTorch's ``OneCycleLR``)."""
+    """The multiplier of ``lr`` after ``step`` optimiser steps (``rsqrt``, ``cosine``,
+    ``constant`` or ``linear``; ``onecycle`` is PyTorch's ``OneCycleLR``)."""
     ramp = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
     if name == "rsqrt":  # lr · min(1, t/w) / √max(t, w), t counted from 1 as LRA does
         t = step + 1
@@ -25,6 +25,10 @@ def schedule_factor(name: str, step: int, warmup: int, total: int) -> float:
         return 0.5 * (1.0 + math.cos(math.pi * progress))
     if name == "constant":
         return ramp
+    if name == "linear":  # BERT's: to 0 at step `total`, as the KL-Transformer's min(i/w, …)
+        if step < warmup:
+            return ramp
+        return max(0.0, (total - step) / max(1, total - warmup))
     raise ValueError(f"unknown schedule {name!r}")
 
 
