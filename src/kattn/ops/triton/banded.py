@@ -1,0 +1,173 @@
+"""Banded (bucketed) relative positions as Triton kernels: the result of
+:func:`kattn.functional.banded_linear_attention`, exact and linear in L.
+
+With log-coefficients ``b`` of the offsets ``−left…right`` that hold for every offset beyond
+the ends (T5 buckets past their last boundary), query i sees
+
+* the band ``−left < j − i < right`` with each offset's own coefficient: the windowed kernel
+  of :mod:`kattn.ops.triton.toeplitz_blocked` over those offsets only, O(L·(left + right)·
+  (M + Dv));
+* the far left ``j <= i − left`` weighted ``c_L = exp(b_{−left})``: causal linear attention
+  over the keys delayed by ``left`` positions (the decayed causal-sums kernel of
+  :mod:`kattn.ops.triton.decay` with no decay);
+* non-causal, the far right ``j >= i + right`` weighted ``c_R = exp(b_{right})``: the same on
+  the reversed sequence, keys delayed by ``right``.
+
+Each part comes with its own per-query log-offset (all weights <= 1 inside it), and the parts
+are added in log space, so a large coefficient on one side cancels nothing on another.
+Gradients are those of the PyTorch path, recomputed in backward (exact, not fast). Inputs may
+be fp16, bf16 or fp32; sums are fp32; the output has the dtype of ``v``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ...functional.banded import banded_linear_attention
+from ...functional.numerics import DEFAULT_EPS, guard_normaliser, log_floor
+from .decay import decayed_causal_sums_triton
+from .recompute import check_block, check_kernel_inputs, kernel_with_reference_grad, masked_inputs
+from .toeplitz_blocked import rpe_window_sums_triton
+
+__all__ = ["banded_linear_attention_triton"]
+
+#: queries per program (band) and tokens per chunk (far field).
+DEFAULT_CHUNK = 32
+
+
+def _delayed(x: Tensor, delay: int, value: float = 0.0) -> Tensor:
+    """``x (B, H, T, ·)`` or ``(B, H, T)`` moved ``delay`` positions later (``value`` first)."""
+    length = x.shape[2]
+    if x.dim() == 3:
+        return F.pad(x, (delay, 0), value=value)[:, :, :length]
+    return F.pad(x, (0, 0, delay, 0), value=value)[:, :, :length]
+
+
+def _far_field(
+    fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, delay: int, chunk: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``num, den, offset`` of ``Σ_{j <= i − delay}`` over sequences of one length T."""
+    floor = log_floor(torch.float32)
+    keys = _delayed(fk, delay), _delayed(v, delay)
+    s_far = None if s is None else _delayed(s, delay, floor)
+    no_decay = fq.new_zeros(fq.shape[1], 1, dtype=torch.float32)
+    num, den, off = decayed_causal_sums_triton(fq, *keys, s_far, no_decay, chunk)
+    return num[:, :, 0], den[:, :, 0], off[:, :, 0]
+
+
+def _banded_forward(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_coeff: Tensor,
+    k_log_scale: Tensor | None,
+    key_padding_mask: Tensor | None,
+    *,
+    left: int,
+    causal: bool,
+    eps: float,
+    chunk: int,
+) -> Tensor:
+    fk, vals, s = masked_inputs(phi_k, v, k_log_scale, key_padding_mask)
+    lq, lk = phi_q.shape[2], fk.shape[2]
+    right = log_coeff.shape[-1] - 1 - left
+    log_coeff = log_coeff.float()
+    band = (-(left - 1), 0 if causal else right - 1)
+    num, den, top = rpe_window_sums_triton(
+        phi_q, fk, vals, s, log_coeff, left, band, causal=causal, block=chunk
+    )
+    parts = [(num, den, top)]
+    # the far fields run over one length T: queries and keys padded to it
+    length = max(lq, lk)
+    fq = F.pad(phi_q, (0, 0, 0, length - lq))
+    fk, vals = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, vals))
+    if s is not None:
+        s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
+    num, den, off = _far_field(fq, fk, vals, s, left, chunk)
+    parts.append((num[:, :, :lq], den[:, :, :lq], off[:, :, :lq] + log_coeff[:, 0, None]))
+    if not causal:  # keys j >= i + right: reversed, they are j' <= i' − right
+        flipped = [None if x is None else x.flip(2) for x in (fq, fk, vals, s)]
+        num, den, off = (x.flip(2)[:, :, :lq] for x in _far_field(*flipped, right, chunk))
+        parts.append((num, den, off + log_coeff[:, -1, None]))
+    tops = torch.stack([p[2] for p in parts])  # (parts, B, H, Lq)
+    w = torch.exp(tops - tops.amax(dim=0, keepdim=True))
+    num = sum(p[0] * wp[..., None] for p, wp in zip(parts, w, strict=True))
+    den = sum(p[1] * wp for p, wp in zip(parts, w, strict=True))
+    assert isinstance(num, Tensor) and isinstance(den, Tensor)
+    return (num / guard_normaliser(den[..., None], eps)).to(v.dtype)
+
+
+def _banded_reference(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_coeff: Tensor,
+    k_log_scale: Tensor | None,
+    key_padding_mask: Tensor | None,
+    *,
+    left: int,
+    causal: bool,
+    eps: float,
+    chunk: int,
+) -> Tensor:
+    return banded_linear_attention(
+        phi_q, phi_k, v, log_coeff, left, causal=causal, k_log_scale=k_log_scale,
+        key_padding_mask=key_padding_mask, eps=eps,
+    )  # fmt: skip
+
+
+def banded_linear_attention_triton(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_coeff: Tensor,
+    left: int,
+    *,
+    causal: bool = False,
+    k_log_scale: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Tensor:
+    """Kernelized attention with positional weights constant beyond a band, exact, by the
+    Triton kernels: the result of :func:`kattn.functional.banded_linear_attention`.
+
+    Args:
+        phi_q: ``(B, H, Lq, M)``; phi_k: ``(B, H, Lk, M)`` scaled by ``exp(k_log_scale)``
+            ``(B, H, Lk)``; v: ``(B, H, Lk, Dv)``.
+        log_coeff: ``(H, left + right + 1)`` log-coefficients of offsets ``−left…right``; the
+            ends hold for all offsets beyond.
+        left: ``>= 1``, see ``log_coeff`` (``right >= 1`` too).
+        causal: query i sees keys j <= i (needs Lq == Lk).
+        key_padding_mask: ``(B, Lk)`` bool, True marks keys that count nowhere.
+        eps: guard of the normaliser.
+        chunk_size: queries per program of the band and tokens per chunk of the far field, a
+            power of two of at least 16.
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of ``v``; gradients those of the PyTorch path.
+
+    Raises:
+        ValueError: CPU or float64 tensors (the PyTorch path serves those), mismatched
+            shapes, a band without ``left, right >= 1``, causal with Lq != Lk, or a chunk size
+            that is not a power of two >= 16.
+    """
+    check_kernel_inputs(phi_q, phi_k, v)
+    check_block("chunk_size", chunk_size)
+    h, lq = phi_q.shape[1:3]
+    if log_coeff.dim() != 2 or log_coeff.shape[0] != h:
+        raise ValueError(
+            f"log_coeff must be (H, left + right + 1) with H = {h}, got {tuple(log_coeff.shape)}"
+        )
+    right = log_coeff.shape[-1] - 1 - left
+    if left < 1 or right < 1:
+        raise ValueError(f"the band needs left >= 1 and right >= 1, got {left} and {right}")
+    if causal and lq != phi_k.shape[2]:
+        raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={phi_k.shape[2]}")
+    return kernel_with_reference_grad(
+        _banded_forward, _banded_reference,
+        (phi_q, phi_k, v, log_coeff, k_log_scale, key_padding_mask),
+        left=int(left), causal=causal, eps=float(eps), chunk=int(chunk_size),
+    )  # fmt: skip

@@ -1,0 +1,255 @@
+"""Decaying relative positions as a Triton kernel: the chunkwise form of
+:func:`kattn.functional.decay_linear_attention`, ``c_{j−i} = Σ_r α_r γ_r^{|j−i|}``.
+
+The kernel computes, for each (batch, head, term) — one program each — the decayed causal sums
+``num_i = Σ_{j<=i} γ^(i−j) exp(s_j − r_i) (φ(q_i)·φ(k_j)) v_j`` and ``den_i`` (the same
+without ``v_j``), where ``r_i = max_{j<=i} (s_j + (i−j)·log γ)`` is the decayed running maximum
+of the key log-scales ``s`` (0 without them): every factor is at most 1 and no offset reads a
+future token. It walks the sequence a chunk of C tokens at a time: the masked ``C×C`` products
+inside the chunk, the prefix state (``Σ φ(k) vᵀ`` and ``Σ φ(k)``, fp32, in units of the
+offset at the chunk's start) for the tokens before it, then the chunk folded into the state.
+
+The R terms (and, non-causal, the future side: the same kernel on the reversed sequence, keys
+shifted by one so that ``j > i``) are combined outside the kernel in log space, as the PyTorch
+path does. Gradients are those of the PyTorch path, recomputed in backward (exact, not fast).
+Inputs may be fp16, bf16 or fp32; sums are fp32; the output has the dtype of ``v``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ...functional.decay import decay_linear_attention
+from ...functional.numerics import DEFAULT_EPS, guard_normaliser, log_floor
+from .recompute import (
+    NO_OFFSET,
+    block_size,
+    check_block,
+    check_kernel_inputs,
+    dot_precision,
+    kernel_with_reference_grad,
+    masked_inputs,
+)
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError as error:  # pragma: no cover - exercised where triton is absent
+    raise ImportError(
+        "the Triton kernels need triton: pip install 'kattn[gpu]' (or pip install triton)"
+    ) from error
+
+__all__ = ["decay_linear_attention_triton", "decayed_causal_sums_triton"]
+
+#: tokens per chunk of the kernel.
+DEFAULT_CHUNK = 32
+
+
+@triton.jit
+def _decayed_causal_sums(
+    q_ptr, k_ptr, v_ptr, s_ptr, g_ptr, num_ptr, den_ptr, off_ptr,
+    length, m, dv, heads, terms, no_offset,
+    HAS_S: tl.constexpr, C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr,
+    PRECISION: tl.constexpr,
+):  # fmt: skip
+    seq = tl.program_id(0).to(tl.int64)  # (batch, head); B·H·L·M may pass 2³¹
+    term = tl.program_id(1).to(tl.int64)
+    g = tl.load(g_ptr + (seq % heads) * terms + term).to(tl.float32)  # log γ <= 0
+    q_ptr += seq * length * m
+    k_ptr += seq * length * m
+    v_ptr += seq * length * dv
+    s_ptr += seq * length
+    row = seq * terms + term
+    num_ptr += row * length * dv
+    den_ptr += row * length
+    off_ptr += row * length
+    cols_m = tl.arange(0, BM)
+    cols_v = tl.arange(0, BDV)
+    rows = tl.arange(0, C)
+    lag = (rows[:, None] - rows[None, :]).to(tl.float32)  # i − j inside a chunk
+    seen = rows[:, None] >= rows[None, :]
+    state = tl.zeros((BM, BDV), dtype=tl.float32)
+    total = tl.zeros((BM,), dtype=tl.float32)
+    offset = g * 0.0 + no_offset  # the state's units: exp(offset) at the previous token
+    for start in range(0, length, C):
+        pos = start + rows
+        inside = pos < length
+        fm = inside[:, None] & (cols_m[None, :] < m)
+        fv = inside[:, None] & (cols_v[None, :] < dv)
+        q = tl.load(q_ptr + pos[:, None] * m + cols_m[None, :], mask=fm, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + pos[:, None] * m + cols_m[None, :], mask=fm, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(tl.float32)
+        if HAS_S:
+            s = tl.load(s_ptr + pos, mask=inside, other=no_offset).to(tl.float32)
+        else:
+            s = tl.where(inside, 0.0, no_offset)
+        # log of each in-chunk factor γ^(i−j) exp(s_j), and of the state's, before the shift r_i
+        logits = tl.where(seen, s[None, :] + lag * g, float("-inf"))
+        carried = offset + (rows + 1).to(tl.float32) * g
+        r = tl.maximum(tl.max(logits, axis=1), carried)
+        weights = tl.exp(logits - r[:, None])
+        to_query = tl.exp(carried - r)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * weights
+        num = tl.dot(scores, v, input_precision=PRECISION)
+        num += to_query[:, None] * tl.dot(q, state, input_precision=PRECISION)
+        den = tl.sum(scores, axis=1) + to_query * tl.sum(q * total[None, :], axis=1)
+        tl.store(num_ptr + pos[:, None] * dv + cols_v[None, :], num, mask=fv)
+        tl.store(den_ptr + pos, den, mask=inside)
+        tl.store(off_ptr + pos, r, mask=inside)
+        # the state after the chunk, in units of the chunk's last offset
+        last = tl.max(tl.where(rows == C - 1, r, float("-inf")), axis=0)
+        k_in = k * tl.exp(s + (C - 1 - rows).to(tl.float32) * g - last)[:, None]
+        rescale = tl.exp(offset + C * g - last)
+        state = state * rescale + tl.dot(tl.trans(k_in), v, input_precision=PRECISION)
+        total = total * rescale + tl.sum(k_in, axis=0)
+        offset = last
+
+
+def decayed_causal_sums_triton(
+    fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, log_decay: Tensor, chunk: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The decayed causal sums of the module docstring, one set per head and term.
+
+    Args:
+        fq, fk: ``(B, H, L, M)``; v: ``(B, H, L, Dv)`` (padding zeroed already).
+        s: ``(B, H, L)`` key log-scales (padding at the floor), or None for 0.
+        log_decay: ``(H, R)`` log-decays ``log γ <= 0`` (zeros: no decay).
+        chunk: tokens per chunk, a power of two of at least 16.
+
+    Returns:
+        ``num (B, H, R, L, Dv)``, ``den (B, H, R, L)`` and the offsets ``r (B, H, R, L)``,
+        fp32.
+    """
+    b, h, length, m = fq.shape
+    dv, r = v.shape[-1], log_decay.shape[-1]
+    fq, fk, v = (x.contiguous() for x in (fq, fk, v))
+    dtype = torch.float32
+    num = torch.empty(b, h, r, length, dv, dtype=dtype, device=v.device)
+    den = torch.empty(b, h, r, length, dtype=dtype, device=v.device)
+    off = torch.empty(b, h, r, length, dtype=dtype, device=v.device)
+    if num.numel() == 0:
+        return num, den, off
+    s_arg = fq if s is None else s.to(dtype).contiguous()  # (never read without HAS_S)
+    g = log_decay.detach().to(device=v.device, dtype=dtype).contiguous()
+    _decayed_causal_sums[(b * h, r)](
+        fq, fk, v, s_arg, g, num, den, off, length, m, dv, h, r, NO_OFFSET,
+        HAS_S=s is not None, C=chunk, BM=block_size(m), BDV=block_size(dv),
+        PRECISION=dot_precision(v.dtype),
+    )  # fmt: skip
+    return num, den, off
+
+
+def _decay_forward(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_alpha: Tensor,
+    log_gamma: Tensor,
+    k_log_scale: Tensor | None,
+    key_padding_mask: Tensor | None,
+    *,
+    causal: bool,
+    eps: float,
+    chunk: int,
+) -> Tensor:
+    fk, vals, s = masked_inputs(phi_k, v, k_log_scale, key_padding_mask)
+    lq, lk = phi_q.shape[2], fk.shape[2]
+    length = max(lq, lk)  # the recurrences run over positions: pad the shorter side
+    fq = F.pad(phi_q, (0, 0, 0, length - lq))
+    fk, vals = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, vals))
+    if s is not None:
+        s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
+    log_alpha, log_gamma = log_alpha.float(), log_gamma.float()
+    parts = [(decayed_causal_sums_triton(fq, fk, vals, s, log_gamma[:, 0], chunk), 0)]
+    if not causal:  # the future side: reversed, keys shifted by one so that j > i strictly
+        back = [F.pad(x.flip(2), (0, 0, 1, 0))[:, :, :length] for x in (fk, vals)]
+        s_back = None
+        if s is not None:
+            s_back = F.pad(s.flip(2), (1, 0), value=log_floor(s.dtype))[:, :, :length]
+        sums = decayed_causal_sums_triton(fq.flip(2), *back, s_back, log_gamma[:, 1], chunk)
+        parts.append((tuple(x.flip(3) for x in sums), 1))
+    nums, dens, log_ws = [], [], []
+    for (num, den, off), side in parts:
+        # the future side's query i reads keys from i+1: one more step of decay in its weight
+        log_weight = log_alpha[:, side] + (log_gamma[:, side] if side else 0.0)  # (H, R)
+        nums.append(num)
+        dens.append(den)
+        log_ws.append(off + log_weight[None, :, :, None].to(off.device))
+    num, den, log_w = (torch.cat(x, dim=2) for x in (nums, dens, log_ws))
+    w = torch.exp(log_w - log_w.amax(dim=2, keepdim=True))  # (B, H, sides·R, L)
+    num = (num * w[..., None]).sum(dim=2)[:, :, :lq]
+    den = (den * w).sum(dim=2)[:, :, :lq, None]
+    return (num / guard_normaliser(den, eps)).to(v.dtype)
+
+
+def _decay_reference(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_alpha: Tensor,
+    log_gamma: Tensor,
+    k_log_scale: Tensor | None,
+    key_padding_mask: Tensor | None,
+    *,
+    causal: bool,
+    eps: float,
+    chunk: int,
+) -> Tensor:
+    return decay_linear_attention(
+        phi_q, phi_k, v, log_alpha, log_gamma, causal=causal, k_log_scale=k_log_scale,
+        key_padding_mask=key_padding_mask, eps=eps,
+    )  # fmt: skip
+
+
+def decay_linear_attention_triton(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_alpha: Tensor,
+    log_gamma: Tensor,
+    *,
+    causal: bool = False,
+    k_log_scale: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+    chunk_size: int = DEFAULT_CHUNK,
+) -> Tensor:
+    """Kernelized attention weighted by ``c_{j−i} = Σ_r α_r γ_r^{|j−i|}`` by the Triton kernel:
+    the result of :func:`kattn.functional.decay_linear_attention`, O(L·R·(C·(M + Dv) + M·Dv)).
+
+    Args:
+        phi_q: ``(B, H, Lq, M)``; phi_k: ``(B, H, Lk, M)`` scaled by ``exp(k_log_scale)``
+            ``(B, H, Lk)``; v: ``(B, H, Lk, Dv)``.
+        log_alpha: ``(H, 2, R)`` log-weights; log_gamma: ``(H, 2, R)`` log-decays (< 0);
+            side 0 the past (j <= i), side 1 the future (j > i, unused when causal).
+        causal: query i sees keys j <= i (needs Lq == Lk).
+        key_padding_mask: ``(B, Lk)`` bool, True marks keys that count nowhere.
+        eps: guard of the normaliser.
+        chunk_size: tokens per chunk, a power of two of at least 16.
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of ``v``; gradients those of the PyTorch path.
+
+    Raises:
+        ValueError: CPU or float64 tensors (the PyTorch path serves those), mismatched
+            shapes or coefficients, causal with Lq != Lk, or a chunk size that is not a power
+            of two >= 16.
+    """
+    check_kernel_inputs(phi_q, phi_k, v)
+    check_block("chunk_size", chunk_size)
+    h, lq = phi_q.shape[1:3]
+    terms = log_alpha.shape
+    if log_gamma.shape != terms or len(terms) != 3 or terms[:2] != (h, 2):
+        raise ValueError(
+            f"log_alpha and log_gamma must both be (H, 2, R) with H = {h}, got "
+            f"{tuple(log_alpha.shape)} and {tuple(log_gamma.shape)}"
+        )
+    if causal and lq != phi_k.shape[2]:
+        raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={phi_k.shape[2]}")
+    return kernel_with_reference_grad(
+        _decay_forward, _decay_reference,
+        (phi_q, phi_k, v, log_alpha, log_gamma, k_log_scale, key_padding_mask),
+        causal=causal, eps=float(eps), chunk=int(chunk_size),
+    )  # fmt: skip

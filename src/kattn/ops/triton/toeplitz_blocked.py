@@ -1,0 +1,240 @@
+"""Exact Toeplitz relative positions (Luo et al. 2021) as a Triton kernel: the blocked form of
+:func:`kattn.functional.rpe_linear_attention_blocked` with :class:`ToeplitzRows`, and the
+windowed sums that the banded kernel (:mod:`kattn.ops.triton.banded`) reads its band from.
+
+``num_i = Σ_j exp(b_{j−i} + s_j − m_i) (φ(q_i)·φ(k_j)) v_j`` and ``den_i`` (the same without
+``v_j``) over the keys j that query i sees, ``m_i`` the largest ``b_{j−i} + s_j`` among them.
+One program per (batch·head, block of queries) walks its keys a block at a time, as flash
+attention does: it looks the log-coefficients up in the ``(H, K)`` table, keeps the running
+maximum ``m_i`` and rescales its fp32 sums whenever it grows, so nothing of size ``Lq·Lk`` is
+stored and no weight exceeds 1. O(Lq·Lk·(M + Dv)) time (half when causal), O(L·(M + Dv))
+memory. Gradients are those of the PyTorch blocked path, recomputed in backward (exact, not
+fast). Inputs may be fp16, bf16 or fp32; the output has the dtype of ``v``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ...functional.numerics import DEFAULT_EPS, guard_normaliser
+from ...functional.rpe_blocked import ToeplitzRows, rpe_linear_attention_blocked
+from .recompute import (
+    NO_OFFSET,
+    block_size,
+    check_block,
+    check_kernel_inputs,
+    dot_precision,
+    kernel_with_reference_grad,
+    masked_inputs,
+)
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError as error:  # pragma: no cover - exercised where triton is absent
+    raise ImportError(
+        "the Triton kernels need triton: pip install 'kattn[gpu]' (or pip install triton)"
+    ) from error
+
+__all__ = ["rpe_window_sums_triton", "toeplitz_linear_attention_triton"]
+
+#: queries per program and keys per step of the kernel.
+DEFAULT_BLOCK = 32
+
+
+@triton.jit
+def _rpe_window_sums(
+    q_ptr, k_ptr, v_ptr, s_ptr, t_ptr, num_ptr, den_ptr, max_ptr,
+    lq, lk, m, dv, heads, table, zero, lo, hi, no_offset,
+    CAUSAL: tl.constexpr, HAS_S: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr,
+    BM: tl.constexpr, BDV: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    seq = tl.program_id(0).to(tl.int64)  # (batch, head); B·H·L·M may pass 2³¹
+    i0 = tl.program_id(1) * BQ
+    q_ptr += seq * lq * m
+    k_ptr += seq * lk * m
+    v_ptr += seq * lk * dv
+    s_ptr += seq * lk
+    t_ptr += (seq % heads) * table
+    num_ptr += seq * lq * dv
+    den_ptr += seq * lq
+    max_ptr += seq * lq
+    cols_m = tl.arange(0, BM)
+    cols_v = tl.arange(0, BDV)
+    rows = i0 + tl.arange(0, BQ)
+    in_q = rows < lq
+    fq = in_q[:, None] & (cols_m[None, :] < m)
+    q = tl.load(q_ptr + rows[:, None] * m + cols_m[None, :], mask=fq, other=0.0).to(tl.float32)
+    num = tl.zeros((BQ, BDV), dtype=tl.float32)
+    den = tl.zeros((BQ,), dtype=tl.float32)
+    top = tl.zeros((BQ,), dtype=tl.float32) + no_offset  # m_i: the units of num and den
+    # the keys some query of the block sees: offsets lo <= j − i <= hi (and j <= i if causal)
+    first = tl.maximum(i0 + lo, 0)
+    last = tl.minimum(i0 + BQ - 1 + hi, lk - 1)
+    if CAUSAL:
+        last = tl.minimum(last, i0 + BQ - 1)
+    for j0 in range(first, last + 1, BK):
+        keys = j0 + tl.arange(0, BK)
+        in_k = keys <= last
+        fk = in_k[:, None] & (cols_m[None, :] < m)
+        fv = in_k[:, None] & (cols_v[None, :] < dv)
+        k = tl.load(k_ptr + keys[:, None] * m + cols_m[None, :], mask=fk, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + keys[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(tl.float32)
+        offsets = keys[None, :] - rows[:, None]  # j − i
+        seen = in_q[:, None] & in_k[None, :] & (offsets >= lo) & (offsets <= hi)
+        if CAUSAL:
+            seen = seen & (offsets <= 0)
+        index = tl.minimum(tl.maximum(offsets + zero, 0), table - 1)
+        logits = tl.load(t_ptr + index, mask=seen, other=0.0).to(tl.float32)
+        if HAS_S:
+            logits += tl.load(s_ptr + keys, mask=in_k, other=0.0).to(tl.float32)[None, :]
+        logits = tl.where(seen, logits, float("-inf"))
+        grown = tl.maximum(top, tl.max(logits, axis=1))
+        rescale = tl.exp(top - grown)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        scores = scores * tl.exp(logits - grown[:, None])
+        num = num * rescale[:, None] + tl.dot(scores, v, input_precision=PRECISION)
+        den = den * rescale + tl.sum(scores, axis=1)
+        top = grown
+    fo = in_q[:, None] & (cols_v[None, :] < dv)
+    tl.store(num_ptr + rows[:, None] * dv + cols_v[None, :], num, mask=fo)
+    tl.store(den_ptr + rows, den, mask=in_q)
+    tl.store(max_ptr + rows, top, mask=in_q)
+
+
+def rpe_window_sums_triton(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    log_coeff: Tensor,
+    zero: int,
+    offsets: tuple[int, int],
+    *,
+    causal: bool,
+    block: int = DEFAULT_BLOCK,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The sums of the module docstring over the keys ``lo <= j − i <= hi`` (``offsets``).
+
+    Args:
+        fq: ``(B, H, Lq, M)``; fk: ``(B, H, Lk, M)``; v: ``(B, H, Lk, Dv)`` (padding zeroed).
+        s: ``(B, H, Lk)`` key log-scales (padding at the floor), or None for 0.
+        log_coeff: ``(H, K)``: entry ``zero + o`` is ``b`` of offset o, the ends holding for
+            every offset beyond them.
+        causal: only keys ``j <= i`` besides.
+        block: queries per program and keys per step, a power of two of at least 16.
+
+    Returns:
+        ``num (B, H, Lq, Dv)``, ``den (B, H, Lq)`` and ``m (B, H, Lq)`` (a very negative
+        number where a query sees no key), fp32.
+    """
+    b, h, lq, m = fq.shape
+    lk, dv = fk.shape[2], v.shape[-1]
+    fq, fk, v = (x.contiguous() for x in (fq, fk, v))
+    dtype = torch.float32
+    num = torch.empty(b, h, lq, dv, dtype=dtype, device=v.device)
+    den = torch.empty(b, h, lq, dtype=dtype, device=v.device)
+    top = torch.empty(b, h, lq, dtype=dtype, device=v.device)
+    if num.numel() == 0:
+        return num, den, top
+    s_arg = fq if s is None else s.to(dtype).contiguous()  # (never read without HAS_S)
+    table = log_coeff.detach().to(device=v.device, dtype=dtype).contiguous()
+    lo, hi = offsets
+    grid = (b * h, triton.cdiv(lq, block))
+    _rpe_window_sums[grid](
+        fq, fk, v, s_arg, table, num, den, top, lq, lk, m, dv, h, table.shape[-1], zero, lo, hi,
+        NO_OFFSET, CAUSAL=causal, HAS_S=s is not None, BQ=block, BK=block, BM=block_size(m),
+        BDV=block_size(dv), PRECISION=dot_precision(v.dtype),
+    )  # fmt: skip
+    return num, den, top
+
+
+def _toeplitz_forward(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_coeff: Tensor,
+    k_log_scale: Tensor | None,
+    key_padding_mask: Tensor | None,
+    *,
+    causal: bool,
+    eps: float,
+    block: int,
+) -> Tensor:
+    fk, vals, s = masked_inputs(phi_k, v, k_log_scale, key_padding_mask)
+    lq, lk = phi_q.shape[2], fk.shape[2]
+    num, den, _ = rpe_window_sums_triton(
+        phi_q, fk, vals, s, log_coeff, lq - 1, (-(lq - 1), lk - 1), causal=causal, block=block
+    )
+    return (num / guard_normaliser(den[..., None], eps)).to(v.dtype)
+
+
+def _toeplitz_reference(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_coeff: Tensor,
+    k_log_scale: Tensor | None,
+    key_padding_mask: Tensor | None,
+    *,
+    causal: bool,
+    eps: float,
+    block: int,
+) -> Tensor:
+    return rpe_linear_attention_blocked(
+        phi_q, phi_k, v, ToeplitzRows(log_coeff, phi_q.shape[2]), causal=causal,
+        k_log_scale=k_log_scale, key_padding_mask=key_padding_mask, eps=eps,
+    )  # fmt: skip
+
+
+def toeplitz_linear_attention_triton(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    log_coeff: Tensor,
+    *,
+    causal: bool = False,
+    k_log_scale: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    eps: float = DEFAULT_EPS,
+    block_size: int = DEFAULT_BLOCK,
+) -> Tensor:
+    """Exact kernelized attention with Toeplitz positional weights ``c_{j−i} = exp(b_{j−i})``
+    by the Triton kernel: the result of :func:`kattn.functional.rpe_linear_attention_blocked`
+    with ``ToeplitzRows(log_coeff, Lq)``.
+
+    Args:
+        phi_q: ``(B, H, Lq, M)``; phi_k: ``(B, H, Lk, M)`` scaled by ``exp(k_log_scale)``
+            ``(B, H, Lk)``; v: ``(B, H, Lk, Dv)``.
+        log_coeff: ``(H, Lq + Lk − 1)`` log-coefficients of offsets ``−(Lq−1)…Lk−1``.
+        causal: query i sees keys j <= i (needs Lq == Lk).
+        key_padding_mask: ``(B, Lk)`` bool, True marks keys that count nowhere.
+        eps: guard of the normaliser (in units of each row's largest weight).
+        block_size: queries per program and keys per step, a power of two of at least 16.
+
+    Returns:
+        ``(B, H, Lq, Dv)`` in the dtype of ``v``; rows that see no key give 0; gradients
+        those of the PyTorch blocked path.
+
+    Raises:
+        ValueError: CPU or float64 tensors (the PyTorch path serves those), mismatched
+            shapes or coefficients, causal with Lq != Lk, or a block size that is not a power
+            of two >= 16.
+    """
+    check_kernel_inputs(phi_q, phi_k, v)
+    check_block("block_size", block_size)
+    h, lq = phi_q.shape[1:3]
+    lk = phi_k.shape[2]
+    if log_coeff.shape != (h, lq + lk - 1):
+        raise ValueError(
+            f"log_coeff must be (H, Lq + Lk − 1) = ({h}, {lq + lk - 1}), got "
+            f"{tuple(log_coeff.shape)}"
+        )
+    if causal and lq != lk:
+        raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
+    return kernel_with_reference_grad(
+        _toeplitz_forward, _toeplitz_reference,
+        (phi_q, phi_k, v, log_coeff, k_log_scale, key_padding_mask),
+        causal=causal, eps=float(eps), block=int(block_size),
+    )  # fmt: skip

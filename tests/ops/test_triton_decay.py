@@ -1,0 +1,147 @@
+"""The decaying-RPE Triton kernel in Triton's interpreter (CPU tensors) against
+:func:`kattn.functional.decay_linear_attention` in float64: causal and not, cross lengths,
+lengths that chunks do not divide, key log-scales, padding with NaN in the padded keys, half
+precision, causality, gradients (the decay rates and weights included) and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
+
+from kattn.functional import decay_linear_attention
+from kattn.ops.triton.decay import decay_linear_attention_triton
+from kattn.ops.triton.recompute import interpreted
+from kattn.positional.decay import DecayBias
+
+from ..helpers import padding_mask
+from .rpe_kernel_inputs import (
+    DEVICE,
+    assert_matches,
+    assert_same_gradients,
+    kernel_inputs,
+    on_cpu64,
+)
+
+# tests/conftest.py sets TRITON_INTERPRET=1 without CUDA, before triton is imported
+pytestmark = pytest.mark.skipif(
+    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
+)
+
+
+def _rates(h: int, r: int, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log α (H, 2, R)`` and ``log γ (H, 2, R)``: rates from fast (γ ≈ 0.5) to slow."""
+    g = torch.Generator().manual_seed(seed)
+    log_alpha = torch.randn(h, 2, r, generator=g)
+    log_gamma = -torch.rand(h, 2, r, generator=g) * 0.7 - 1e-3
+    return log_alpha.to(DEVICE), log_gamma.to(DEVICE)
+
+
+def _ref(fq, fk, v, la, lg, s=None, pad=None, *, causal):
+    args = (on_cpu64(x) for x in (fq, fk, v, la, lg))
+    return decay_linear_attention(
+        *args, causal=causal, k_log_scale=on_cpu64(s), key_padding_mask=on_cpu64(pad)
+    )
+
+
+@pytest.mark.parametrize(
+    ("lq", "lk", "causal", "scaled"),
+    [(37, 37, True, False), (50, 50, True, True), (45, 45, False, True), (21, 33, False, False),
+     (40, 19, False, True)],
+    ids=["causal-37", "causal-50-scaled", "full-45-scaled", "cross-21x33", "cross-40x19-scaled"],
+)  # fmt: skip
+def test_the_kernel_equals_the_pytorch_path(lq: int, lk: int, causal: bool, scaled: bool) -> None:
+    fq, fk, v, s = kernel_inputs(2, 3, lq, lk, 8, 5)
+    la, lg = _rates(3, 2)
+    s = s if scaled else None
+    out = decay_linear_attention_triton(
+        fq, fk, v, la, lg, causal=causal, k_log_scale=s, chunk_size=16
+    )
+    assert out.dtype == v.dtype and out.shape == (2, 3, lq, 5)
+    assert_matches(out, _ref(fq, fk, v, la, lg, s, causal=causal))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_padded_keys_count_nowhere_even_as_nan(causal: bool) -> None:
+    fq, fk, v, s = kernel_inputs(2, 2, 45, 45, 8, 6)
+    la, lg = _rates(2, 3)
+    pad = padding_mask(2, 45, (0, 11)).to(DEVICE)
+    fk2, v2, s2 = fk.clone(), v.clone(), s.clone()
+    fk2[1, :, 34:], v2[1, :, 34:], s2[1, :, 34:] = float("nan"), float("nan"), float("nan")
+    out = decay_linear_attention_triton(
+        fq, fk2, v2, la, lg, causal=causal, k_log_scale=s2, key_padding_mask=pad
+    )
+    assert torch.isfinite(out).all()
+    assert_matches(out, _ref(fq, fk, v, la, lg, s, pad, causal=causal))
+
+
+def test_causal_outputs_never_see_later_tokens() -> None:
+    fq, fk, v, s = kernel_inputs(1, 2, 50, 50, 8, 8)
+    la, lg = _rates(2, 2)
+    out = decay_linear_attention_triton(fq, fk, v, la, lg, causal=True, k_log_scale=s)
+    fk2, v2, s2 = fk.clone(), v.clone(), s.clone()
+    fk2[:, :, 30:] *= 3.0
+    v2[:, :, 30:] = -v2[:, :, 30:]
+    s2[:, :, 30:] += 40.0  # a later key far larger than any before: no offset may see it
+    out2 = decay_linear_attention_triton(fq, fk2, v2, la, lg, causal=True, k_log_scale=s2)
+    assert torch.equal(out[:, :, :30], out2[:, :, :30])
+    assert not torch.allclose(out[:, :, 30:], out2[:, :, 30:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_accumulate_in_fp32(dtype: torch.dtype) -> None:
+    fq, fk, v, s = kernel_inputs(1, 2, 40, 40, 16, 16)
+    la, lg = _rates(2, 2)
+    fq, fk, v = (x.to(dtype) for x in (fq, fk, v))
+    out = decay_linear_attention_triton(fq, fk, v, la, lg, causal=True, k_log_scale=s)
+    assert out.dtype == dtype
+    assert_matches(out, _ref(fq, fk, v, la, lg, s, causal=True), tol=2e-2)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_gradients_are_those_of_the_pytorch_path(causal: bool) -> None:
+    fq, fk, v, s = kernel_inputs(1, 2, 33, 33, 8, 4)
+    la, lg = _rates(2, 2)
+    pad = padding_mask(1, 33, (5,)).to(DEVICE)
+
+    def kernel(fq, fk, v, s, la, lg):
+        return decay_linear_attention_triton(
+            fq, fk, v, la, lg, causal=causal, k_log_scale=s, key_padding_mask=pad
+        )
+
+    def reference(fq, fk, v, s, la, lg):
+        return _ref(fq, fk, v, la, lg, s, pad, causal=causal)
+
+    assert_same_gradients(kernel, reference, [fq, fk, v, s, la, lg])
+
+
+def test_the_encodings_rates_get_gradients() -> None:
+    bias = DecayBias(num_heads=2, decay_terms=2).to(DEVICE)
+    fq, fk, v, s = kernel_inputs(1, 2, 24, 24, 8, 4)
+    out = decay_linear_attention_triton(
+        fq, fk, v, bias.log_alpha, bias.log_gamma(), causal=True, k_log_scale=s
+    )
+    out.square().sum().backward()
+    got = [p.grad.clone() for p in (bias.log_alpha, bias.decay_logit)]
+    bias.zero_grad()
+    ref = decay_linear_attention(
+        fq, fk, v, bias.log_alpha, bias.log_gamma(), causal=True, k_log_scale=s
+    )
+    ref.square().sum().backward()
+    for g, p in zip(got, (bias.log_alpha, bias.decay_logit), strict=True):
+        assert g[:, 0].abs().sum() > 0  # the past terms' parameters are trained
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_refusals() -> None:
+    fq, fk, v, _ = kernel_inputs(1, 2, 8, 8, 4, 4)
+    la, lg = _rates(2, 2)
+    with pytest.raises(ValueError, match="power of two"):
+        decay_linear_attention_triton(fq, fk, v, la, lg, chunk_size=24)
+    with pytest.raises(ValueError, match=r"\(H, 2, R\)"):
+        decay_linear_attention_triton(fq, fk, v, la[:1], lg[:1])
+    with pytest.raises(ValueError, match="Lq == Lk"):
+        decay_linear_attention_triton(fq, fk[:, :, :5], v[:, :, :5], la, lg, causal=True)
+    with pytest.raises(ValueError, match="float64"):
+        decay_linear_attention_triton(fq.double(), fk.double(), v.double(), la, lg)
