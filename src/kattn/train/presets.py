@@ -229,8 +229,8 @@ PRESETS["luo-imagenet32"] = {
 # byte sequences of 128 ([CLS] and [SEP] included), BERT's masking, linear warm-up and decay.
 PRESETS["small"]["mlm"] = {
     "model.dim": 128, "model.num_layers": 2, "model.num_heads": 4, "model.ffn_dim": 512,
-    "model.dropout": 0.0, "model.attention_dropout": 0.0, "attention.options.num_features": 64,
-    "data.max_len": 128, "train.batch_size": 32, "train.steps": 1500, "train.eval_every": 250,
+    "model.dropout": 0.0, "model.attention_dropout": 0.0, "data.max_len": 128,
+    "train.batch_size": 32, "train.steps": 1500, "train.eval_every": 250,
     "train.eval_batches": 16, "optim.lr": 1e-3, "optim.schedule": "linear",
     "optim.warmup_steps": 100, "optim.eps": 1e-6, "optim.weight_decay": 0.01,
     "optim.grad_clip_value": None, "optim.grad_clip_norm": 1.0,
