@@ -29,20 +29,23 @@ def add_train_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "train",
         help="train a classifier on an LRA task, a causal language model (--task lm), a "
-        "translation model (--task translation) or an image model (--task image-classification "
-        "or image-generation)",
+        "masked language model (--task mlm), a translation model (--task translation) or an "
+        "image model (--task image-classification or image-generation)",
         description="Train a classifier on a Long Range Arena task, a causal language model "
-        "(--task lm), an encoder-decoder translation model (--task translation), a Vision "
+        "(--task lm), a masked language model (--task mlm, BERT's pre-training), an "
+        "encoder-decoder translation model (--task translation), a Vision "
         "Transformer (--task image-classification) or a pixel-level image generator (--task "
         "image-generation), with any mechanism. Without --data, ListOps trains on a small "
         "generated set, lm on this Python's standard-library sources, translation on the "
         "message catalogues installed on this machine with their human translations and the "
-        "image tasks on generated 32x32 shapes (the embedded defaults).",
+        "image tasks on generated 32x32 shapes (the embedded defaults); mlm reads the same "
+        "standard-library sources as lm.",
     )
     p.add_argument(
         "--task",
         choices=TASKS,
-        help="the task (default listops; lm: causal language model; translation: "
+        help="the task (default listops; lm: causal language model; mlm: masked language "
+        "model, Luo et al. 2021 §4.1; translation: "
         "encoder-decoder, Luo et al. 2021 §4.3; image-classification: ViT/DeiT, §4.4; "
         "image-generation: sub-pixel causal model, Appendix A.5)",
     )
@@ -50,8 +53,8 @@ def add_train_parsers(sub: Any) -> None:
         "--data",
         help="the released files: the folder holding basic_*.tsv "
         "(ListOps), new_aan_pairs.*.tsv (Retrieval), aclImdb (Text), "
-        "cifar-10-batches-py (Image) or pathfinder32 (Pathfinder); for lm a text file or a "
-        "folder of .txt files (split 90/5/5 at line boundaries) or a WikiText folder "
+        "cifar-10-batches-py (Image) or pathfinder32 (Pathfinder); for lm and mlm a text file "
+        "or a folder of .txt files (split 90/5/5 at line boundaries) or a WikiText folder "
         "(wiki.{train,valid,test}.tokens or .raw); for translation an IWSLT'14 folder as "
         "fairseq prepares it (train.de, train.en, valid.*, test.*) or PREFIX of two aligned "
         "files PREFIX.<src> and PREFIX.<tgt>; for the image tasks cifar-10-batches-py, "
@@ -69,7 +72,8 @@ def add_train_parsers(sub: Any) -> None:
     p.add_argument(
         "--tokenizer",
         metavar="FILE",
-        help="lm: a HuggingFace tokenizer.json or a sentencepiece .model (default UTF-8 bytes); "
+        help="lm, mlm: a HuggingFace tokenizer.json or a sentencepiece .model (default UTF-8 "
+        "bytes); "
         "translation: a tokenizers JSON whose first ids are <pad> <bos> <eos> <unk> (default: "
         "a joint BPE learnt on the training pairs)",
     )
@@ -87,7 +91,9 @@ def add_train_parsers(sub: Any) -> None:
         choices=sorted(PRESETS),
         help="the papers' settings: skyformer (default with --data), lra, kl, "
         "small (default without --data); for lm: luo-lm (default with --data: the "
-        "WikiText-103 decoder of Luo et al. 2021) or small; for translation: luo-mt "
+        "WikiText-103 decoder of Luo et al. 2021) or small; for mlm: luo-bert-base (default "
+        "with --data: BERT-base with NPRF and RPE, Luo et al. 2021 Appendix A.1), kl-glue "
+        "(the KL-Transformer's pre-training, Table 6) or small; for translation: luo-mt "
         "(default with --data: the IWSLT'14 model of Luo et al. 2021 §4.3) or small; for "
         "image-classification: luo-deit (default with --data: DeiT-base with NPRF and 2-D "
         "RPE, §4.4) or small; for image-generation: luo-imagenet32 (default with --data, "
