@@ -1,0 +1,153 @@
+"""The exact blocked Toeplitz RPE Triton kernel in Triton's interpreter (CPU tensors) against
+:func:`kattn.functional.rpe_linear_attention_blocked` in float64: causal and not, cross
+lengths, lengths that blocks do not divide, key log-scales, coefficients far apart (the online
+row maximum), padding with NaN in the padded keys, half precision, causality, gradients (the
+encoding's bias included) and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
+
+from kattn.functional.rpe_blocked import ToeplitzRows, rpe_linear_attention_blocked
+from kattn.ops.triton.recompute import interpreted
+from kattn.ops.triton.toeplitz_blocked import toeplitz_linear_attention_triton
+from kattn.positional.toeplitz import ToeplitzBias
+
+from ..helpers import padding_mask
+from .rpe_kernel_inputs import (
+    DEVICE,
+    assert_matches,
+    assert_same_gradients,
+    kernel_inputs,
+    on_cpu64,
+)
+
+# tests/conftest.py sets TRITON_INTERPRET=1 without CUDA, before triton is imported
+pytestmark = pytest.mark.skipif(
+    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
+)
+
+
+def _coefficients(h: int, lq: int, lk: int, scale: float = 2.0, seed: int = 2) -> torch.Tensor:
+    """``(H, Lq + Lk − 1)`` log-coefficients spread over a few units (``scale``)."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(h, lq + lk - 1, generator=g) * scale).to(DEVICE)
+
+
+def _ref(fq, fk, v, log_coeff, s=None, pad=None, *, causal):
+    fq, fk, v, log_coeff = (on_cpu64(x) for x in (fq, fk, v, log_coeff))
+    return rpe_linear_attention_blocked(
+        fq, fk, v, ToeplitzRows(log_coeff, fq.shape[2]), causal=causal,
+        k_log_scale=on_cpu64(s), key_padding_mask=on_cpu64(pad),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("lq", "lk", "causal", "scaled", "spread"),
+    [(45, 45, True, True, 2.0), (37, 37, True, False, 30.0), (45, 45, False, False, 2.0),
+     (37, 50, False, True, 2.0), (50, 21, False, True, 30.0)],
+    ids=["causal-45-scaled", "causal-37-spread", "full-45", "cross-37x50-scaled",
+         "cross-50x21-spread"],
+)  # fmt: skip
+def test_the_kernel_equals_the_blocked_path(
+    lq: int, lk: int, causal: bool, scaled: bool, spread: float
+) -> None:
+    fq, fk, v, s = kernel_inputs(2, 3, lq, lk, 8, 5)
+    lc = _coefficients(3, lq, lk, spread)
+    s = s if scaled else None
+    out = toeplitz_linear_attention_triton(
+        fq, fk, v, lc, causal=causal, k_log_scale=s, block_size=16
+    )
+    assert out.dtype == v.dtype and out.shape == (2, 3, lq, 5)
+    assert_matches(out, _ref(fq, fk, v, lc, s, causal=causal))
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_padded_keys_count_nowhere_even_as_nan(causal: bool) -> None:
+    fq, fk, v, s = kernel_inputs(2, 2, 45, 45, 8, 6)
+    lc = _coefficients(2, 45, 45)
+    pad = padding_mask(2, 45, (0, 11), left=True).to(DEVICE)
+    fk2, v2, s2 = fk.clone(), v.clone(), s.clone()
+    fk2[1, :, :11], v2[1, :, :11], s2[1, :, :11] = float("nan"), float("nan"), float("nan")
+    out = toeplitz_linear_attention_triton(
+        fq, fk2, v2, lc, causal=causal, k_log_scale=s2, key_padding_mask=pad
+    )
+    assert torch.isfinite(out).all()
+    ref = _ref(fq, fk, v, lc, s, pad, causal=causal)
+    if causal:  # queries that see only padding give 0, as the blocked path's
+        assert ref[1, :, :11].abs().max() == 0
+    assert_matches(out, ref)
+
+
+def test_causal_outputs_never_see_later_tokens() -> None:
+    fq, fk, v, s = kernel_inputs(1, 2, 50, 50, 8, 8)
+    lc = _coefficients(2, 50, 50)
+    out = toeplitz_linear_attention_triton(fq, fk, v, lc, causal=True, k_log_scale=s)
+    fk2, v2, s2, lc2 = fk.clone(), v.clone(), s.clone(), lc.clone()
+    fk2[:, :, 30:] *= 3.0
+    v2[:, :, 30:] = -v2[:, :, 30:]
+    s2[:, :, 30:] += 40.0  # a later key far larger than any before: no maximum may see it
+    lc2[:, 50:] += 40.0  # so are the future offsets' coefficients
+    out2 = toeplitz_linear_attention_triton(fq, fk2, v2, lc2, causal=True, k_log_scale=s2)
+    assert torch.equal(out[:, :, :30], out2[:, :, :30])
+    assert not torch.allclose(out[:, :, 30:], out2[:, :, 30:])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_accumulate_in_fp32(dtype: torch.dtype) -> None:
+    fq, fk, v, s = kernel_inputs(1, 2, 40, 40, 16, 16)
+    lc = _coefficients(2, 40, 40)
+    fq, fk, v = (x.to(dtype) for x in (fq, fk, v))
+    out = toeplitz_linear_attention_triton(fq, fk, v, lc, causal=True, k_log_scale=s)
+    assert out.dtype == dtype
+    assert_matches(out, _ref(fq, fk, v, lc, s, causal=True), tol=2e-2)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+def test_gradients_are_those_of_the_blocked_path(causal: bool) -> None:
+    fq, fk, v, s = kernel_inputs(1, 2, 33, 33, 8, 4)
+    lc = _coefficients(2, 33, 33)
+    pad = padding_mask(1, 33, (5,)).to(DEVICE)
+
+    def kernel(fq, fk, v, s, lc):
+        return toeplitz_linear_attention_triton(
+            fq, fk, v, lc, causal=causal, k_log_scale=s, key_padding_mask=pad
+        )
+
+    def reference(fq, fk, v, s, lc):
+        return _ref(fq, fk, v, lc, s, pad, causal=causal)
+
+    assert_same_gradients(kernel, reference, [fq, fk, v, s, lc])
+
+
+def test_the_encodings_bias_gets_gradients() -> None:
+    bias = ToeplitzBias(num_heads=2, max_len=48, method="dense").to(DEVICE)
+    fq, fk, v, s = kernel_inputs(1, 2, 40, 40, 8, 4)
+    out = toeplitz_linear_attention_triton(
+        fq, fk, v, bias.log_coefficients(40, 40), causal=True, k_log_scale=s
+    )
+    out.square().sum().backward()
+    got = bias.bias.grad.clone()
+    bias.zero_grad()
+    ref = bias.attend(fq, fk, v, causal=True, k_log_scale=s)
+    ref.square().sum().backward()
+    past = slice(48 - 40, 48)  # offsets −39…0
+    assert got[:, past].abs().min() > 0 and got[:, 48:].abs().max() == 0
+    torch.testing.assert_close(got, bias.bias.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_refusals() -> None:
+    fq, fk, v, _ = kernel_inputs(1, 2, 8, 8, 4, 4)
+    lc = _coefficients(2, 8, 8)
+    with pytest.raises(ValueError, match="power of two"):
+        toeplitz_linear_attention_triton(fq, fk, v, lc, block_size=48)
+    with pytest.raises(ValueError, match=r"\(H, Lq \+ Lk − 1\)"):
+        toeplitz_linear_attention_triton(fq, fk, v, lc[:, 1:])
+    with pytest.raises(ValueError, match="Lq == Lk"):
+        lc_cross = _coefficients(2, 8, 5)
+        toeplitz_linear_attention_triton(fq, fk[:, :, :5], v[:, :, :5], lc_cross, causal=True)
+    with pytest.raises(ValueError, match="float64"):
+        toeplitz_linear_attention_triton(fq.double(), fk.double(), v.double(), lc)
