@@ -1,0 +1,140 @@
+"""The attention function of the ``kattn:<name>`` implementations of transformers.
+
+transformers calls it as it calls ``sdpa_attention_forward``: ``(module, query (B, H, Lq, D),
+key (B, Hkv, Lk, D), value (B, Hkv, Lk, Dv), attention_mask, dropout, scaling, **kwargs)`` and
+expects ``(output (B, Lq, H, Dv), weights)``. It runs ``module.kattn``, the kattn module of
+that layer (:mod:`kattn.hf.attach`), with causality from ``module.is_causal`` and the mask as
+key padding (:mod:`kattn.hf.masks`); grouped key/value heads are repeated to the query heads.
+
+With a cache there are two decoding paths. A :class:`~kattn.hf.cache.RecurrentLayer` hands
+over only the new keys, which go through the mechanism's ``prefill``/``step``. Keys from a
+key/value cache (mechanisms without a recurrent form) are more than the queries; the queries
+are then placed at the end of a zero-filled block as long as the keys and the causal forward
+is run, keeping its last rows: query rows of these mechanisms do not depend on one another,
+so this is the output the full forward gives them.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..attention.base import Attention
+from .attach import module_attention
+from .cache import RecurrentLayer
+from .masks import key_padding_mask
+
+#: Arguments of transformers' attention functions that change the maths and that kattn
+#: mechanisms cannot apply.
+_REFUSED = ("softcap", "position_bias", "s_aux", "sinks")
+
+
+def attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """Attention of ``module`` by its kattn mechanism (see the module docstring).
+
+    Returns:
+        ``(output (B, Lq, H, Dv), None)``: kattn mechanisms form no attention weights.
+    """
+    for name in _REFUSED:
+        if kwargs.get(name) is not None:
+            raise NotImplementedError(
+                f"{name}: kattn mechanisms cannot apply it (they never form the attention "
+                "logits it changes); use an implementation of transformers for this model"
+            )
+    attn = module_attention(module)
+    _check_scaling(module, attn, scaling)
+    _set_dropout(module, attn, float(dropout))
+    causal = kwargs.get("is_causal")
+    causal = bool(getattr(module, "is_causal", True) if causal is None else causal)
+    key, value = _repeat_kv(key, query.shape[1]), _repeat_kv(value, query.shape[1])
+    _check_window(kwargs.get("sliding_window"), attention_mask, key.shape[2])
+    batch, lq, lk = query.shape[0], query.shape[2], key.shape[2]
+    padding = key_padding_mask(attention_mask, batch=batch, lq=lq, lk=lk, causal=causal)
+    layer = _cache_layer(module)
+    if layer is not None and causal:
+        out = layer.attend(attn, query, key, value, padding)
+    elif causal and lq < lk:
+        out = _attend_last_rows(attn, query, key, value, padding)
+    else:
+        out = attn(query, key, value, causal=causal, key_padding_mask=padding)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _cache_layer(module: nn.Module) -> RecurrentLayer | None:
+    cache = getattr(module, "_kattn_cache", None)
+    idx = getattr(module, "layer_idx", None)
+    if cache is None or idx is None or idx >= len(cache.layers):
+        return None
+    layer = cache.layers[idx]
+    return layer if isinstance(layer, RecurrentLayer) else None
+
+
+def _attend_last_rows(
+    attn: Attention, q: Tensor, k: Tensor, v: Tensor, padding: Tensor | None
+) -> Tensor:
+    """Causal attention of ``Lq`` queries that follow ``Lk − Lq`` cached keys."""
+    lq, lk = q.shape[2], k.shape[2]
+    padded = q.new_zeros(q.shape[0], q.shape[1], lk, q.shape[3])
+    padded[:, :, lk - lq :] = q
+    return attn(padded, k, v, causal=True, key_padding_mask=padding)[:, :, lk - lq :]
+
+
+def _repeat_kv(x: Tensor, heads: int) -> Tensor:
+    """Key/value heads ``(B, Hkv, L, ·)`` repeated to ``heads`` (query head h reads key/value
+    head ``h // (heads / Hkv)``, as in grouped-query attention)."""
+    hkv = x.shape[1]
+    if hkv == heads:
+        return x
+    if heads % hkv:
+        raise ValueError(f"{heads} query heads cannot share {hkv} key/value heads evenly")
+    return x.repeat_interleave(heads // hkv, dim=1)
+
+
+def _check_scaling(module: nn.Module, attn: Attention, scaling: float | None) -> None:
+    """The call's ``scaling`` must be the one the kattn module was built with."""
+    if scaling is None or not hasattr(attn, "scale"):
+        return
+    built = getattr(module, "scaling", None)
+    if built is not None and not math.isclose(float(scaling), float(built), rel_tol=1e-9):
+        raise NotImplementedError(
+            f"scaling: the call scales logits by {scaling}, the kattn module was built for "
+            f"the module's scaling {built}; a scale that changes between calls is not supported"
+        )
+
+
+def _set_dropout(module: nn.Module, attn: Attention, dropout: float) -> None:
+    """The rate transformers passes (the config's, 0 in eval) as the mechanism's dropout of
+    attention weights; a warning, once per module, where the mechanism has none."""
+    if attn.supports_attention_dropout:
+        attn.dropout = dropout
+    elif dropout > 0 and attn.training and not getattr(module, "_kattn_warned_dropout", False):
+        module._kattn_warned_dropout = True  # type: ignore[assignment]
+        warnings.warn(
+            f"{type(attn).__name__} has no attention-weight matrix to drop out: the model's "
+            f"attention dropout ({dropout}) is not applied",
+            stacklevel=3,
+        )
+
+
+def _check_window(window: int | None, mask: Tensor | None, lk: int) -> None:
+    """A sliding window shorter than the keys is a pattern kattn cannot apply."""
+    if window is None:
+        return
+    total = mask.shape[-1] if isinstance(mask, Tensor) else lk
+    if total > int(window):
+        raise NotImplementedError(
+            f"sliding_window={window} is shorter than the {total} keys: kattn mechanisms "
+            "attend to every key (set config.sliding_window = None to use one)"
+        )

@@ -1,0 +1,203 @@
+"""Decoding with a constant-size recurrent state instead of a growing key/value cache.
+
+:class:`RecurrentLayer` is a cache layer of transformers that keeps, for one attention layer,
+the state of a kattn mechanism with ``supports_recurrent`` (``Attention.init_state``): the
+prompt is read with ``Attention.prefill`` and each new token with ``Attention.step``, so the
+memory and time per token do not grow with the context (for kernelized mechanisms; softmax's
+state is its key/value cache). Its ``update`` returns only the new keys and values, which the
+attention function then feeds to the state.
+
+``model.generate()`` makes a ``DynamicCache``; the pre-hook of :mod:`kattn.hf.attach` puts a
+:class:`RecurrentLayer` in place of each of its empty layers whose attention is recurrent, so
+nothing has to be passed. :class:`RecurrentCache` is the same as a cache of its own.
+
+Padded keys count nowhere: a batch whose prompt has padding keeps one state per sequence,
+each of which reads only that sequence's real tokens (the outputs at padded positions are 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer, StaticLayer
+
+from ..attention.base import Attention
+
+
+class RecurrentLayer(CacheLayerMixin):
+    """One attention layer's recurrent decoding state (see the module docstring).
+
+    Args:
+        sliding_window: the window of a sliding-window layer it replaces: decoding past it
+            raises (a recurrent state cannot forget the keys that leave the window).
+    """
+
+    is_compileable = False
+    is_croppable = False
+    is_sliding = False
+
+    def __init__(self, sliding_window: int | None = None, **kwargs: Any) -> None:
+        super().__init__()
+        self.sliding_window = sliding_window
+        self.is_initialized = True
+        self.seen = 0
+        #: the batch's state, or one state per sequence (a list) once a key was padded.
+        self.state: Any = None
+
+    # ------------------------------------------------------------- the cache layer of HF
+    def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
+        self.is_initialized = True
+
+    def update(
+        self, key_states: Tensor, value_states: Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[Tensor, Tensor]:
+        """Count the new tokens and return their keys and values (the attention function
+        feeds them to the state: :meth:`attend`)."""
+        self.seen += key_states.shape[-2]
+        if self.sliding_window is not None and self.seen > self.sliding_window:
+            raise NotImplementedError(
+                f"decoding past the sliding window ({self.sliding_window} tokens): a "
+                "recurrent kattn state cannot drop the keys that leave the window"
+            )
+        return key_states, value_states
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.seen + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def offload(self) -> None:
+        """Nothing to move: the state stays where the model is."""
+
+    def prefetch(self) -> None:
+        """Nothing to move: the state stays where the model is."""
+
+    def reset(self) -> None:
+        self.seen = 0
+        self.state = None
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove != 0:
+            raise NotImplementedError(
+                "a recurrent state cannot drop tokens it has read (crop): decode with a "
+                "DynamicCache for assisted generation"
+            )
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._select(beam_idx)
+
+    def batch_select_indices(self, indices: Tensor) -> None:
+        self._select(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.state is None:
+            return
+        if isinstance(self.state, list):
+            self.state = [_map(s, torch.clone) for s in self.state for _ in range(repeats)]
+        else:
+            self.state = _map(self.state, lambda x: x.repeat_interleave(repeats, dim=0))
+
+    def _select(self, indices: Tensor) -> None:
+        if self.state is None:
+            return
+        if isinstance(self.state, list):
+            self.state = [_map(self.state[int(i)], torch.clone) for i in indices]
+        else:
+            self.state = _map(self.state, lambda x: x.index_select(0, indices.to(x.device)))
+
+    # ------------------------------------------------------------------------- decoding
+    def attend(
+        self, attn: Attention, q: Tensor, k: Tensor, v: Tensor, padding: Tensor | None
+    ) -> Tensor:
+        """Causal attention of the new tokens ``q, k (B, H, L, D)``, ``v (B, H, L, Dv)``
+        after those the state holds, updating it; ``padding (B, L)`` (True = padded) marks
+        new keys that must count nowhere."""
+        if not attn.supports_recurrent:
+            raise NotImplementedError(
+                f"{type(attn).__name__} has no recurrent form: decode it with a DynamicCache "
+                "(the default of generate), not a RecurrentCache"
+            )
+        if padding is None and not isinstance(self.state, list):
+            out, self.state = _read(attn, q, k, v, self.state)
+            return out
+        if not isinstance(self.state, list):
+            self.state = _split(self.state, q.shape[0])
+        out = q.new_zeros(*q.shape[:3], v.shape[-1])
+        for b in range(q.shape[0]):
+            keep = torch.arange(q.shape[2], device=q.device)
+            if padding is not None:
+                keep = keep[~padding[b]]
+            if keep.numel() == 0:
+                continue
+            rows = (x[b : b + 1, :, keep] for x in (q, k, v))
+            out_b, self.state[b] = _read(attn, *rows, self.state[b])
+            out[b : b + 1, :, keep] = out_b.to(out.dtype)
+        return out
+
+
+def _read(attn: Attention, q: Tensor, k: Tensor, v: Tensor, state: Any) -> tuple[Tensor, Any]:
+    """``step`` for one token after a state, ``prefill`` otherwise."""
+    if state is not None and q.shape[2] == 1:
+        return attn.step(q, k, v, state)
+    return attn.prefill(q, k, v, state)
+
+
+def _split(state: Any, batch: int) -> list[Any]:
+    """One state per sequence (None for each when nothing was read yet)."""
+    if state is None:
+        return [None] * batch
+    return [_map(state, lambda x, b=b: x[b : b + 1].clone()) for b in range(batch)]
+
+
+def _map(state: Any, fn: Callable[[Tensor], Tensor]) -> Any:
+    """``fn`` applied to every tensor of a (nested) state; other values kept."""
+    if isinstance(state, Tensor):
+        return fn(state)
+    if isinstance(state, tuple) and hasattr(state, "_fields"):
+        return type(state)(*(_map(x, fn) for x in state))
+    if isinstance(state, (tuple, list)):
+        return type(state)(_map(x, fn) for x in state)
+    if isinstance(state, dict):
+        return {key: _map(x, fn) for key, x in state.items()}
+    return state
+
+
+class RecurrentCache(Cache):
+    """A cache of :class:`RecurrentLayer` s, one per attention layer (made as layers are
+    reached): pass it as ``cache=`` (or ``past_key_values=``) to a forward or to
+    ``generate`` of a model whose attention is a recurrent kattn mechanism."""
+
+    def __init__(self) -> None:
+        super().__init__(layer_class_to_replicate=RecurrentLayer)
+
+
+def prepare_layer(cache: Cache, layer_idx: int) -> None:
+    """Make layer ``layer_idx`` of ``cache`` a :class:`RecurrentLayer` if it is an empty
+    dynamic layer (or not made yet); a layer that holds keys already is left as it is (the
+    attention function then reads its keys), and a static layer is refused."""
+    layers = cache.layers
+    if layer_idx >= len(layers):
+        if cache.layer_class_to_replicate is None:
+            return
+        while len(layers) < layer_idx:
+            layers.append(cache.layer_class_to_replicate())
+        layers.append(RecurrentLayer())
+        return
+    layer = layers[layer_idx]
+    if isinstance(layer, StaticLayer):
+        raise NotImplementedError(
+            "kattn.hf decodes with a DynamicCache or a RecurrentCache, not a static cache "
+            "(cache_implementation='static'): its fixed-size key buffers are what a recurrent "
+            "state replaces"
+        )
+    dynamic = type(layer) is DynamicLayer or hasattr(layer, "sliding_window")
+    if dynamic and isinstance(layer, DynamicLayer) and layer.get_seq_length() == 0:
+        window = getattr(layer, "sliding_window", None)
+        layers[layer_idx] = RecurrentLayer(sliding_window=window)
