@@ -1,7 +1,9 @@
-"""The Triton causal linear attention kernel in Triton's interpreter (CPU tensors) against
-the PyTorch chunked path: odd lengths that chunks do not divide, feature and value sizes that
-are not powers of two, padding with NaN in the padded keys and values, half-precision inputs,
-gradients, and the refusals."""
+"""The Triton causal linear attention kernels (forward and backward) in Triton's interpreter
+(CPU tensors) against the PyTorch chunked path: odd lengths that chunks do not divide, feature
+and value sizes that are not powers of two and differ, several batches and heads, key
+log-scales with their causal-safe offsets, padding with NaN in the padded keys and values,
+half-precision inputs, gradients of every input in float64 and float32, a prefill from a
+given state, and the refusals."""
 
 from __future__ import annotations
 
@@ -10,8 +12,13 @@ import torch
 
 pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
 
-from kattn.functional import linear_attention_chunked
-from kattn.ops.triton.causal_linear import causal_linear_attention_triton, interpreted
+from kattn.functional import linear_attention_chunked, linear_attention_init_state
+from kattn.functional.linear_causal import linear_attention_prefill
+from kattn.ops.triton.causal_linear import (
+    causal_linear_attention_triton,
+    causal_linear_prefill_triton,
+    interpreted,
+)
 
 from ..helpers import padding_mask
 
@@ -25,73 +32,138 @@ pytestmark = pytest.mark.skipif(
 DEVICE = "cpu" if interpreted() else "cuda"
 
 
-def _features(b: int, h: int, length: int, m: int, dv: int, seed: int = 0):
+def _features(b, h, length, m, dv, *, seed=0, dtype=torch.float32, log_scales=False):
+    """Positive features (as PRF's), values and optionally large key log-scales."""
     g = torch.Generator().manual_seed(seed)
-    fq = torch.rand(b, h, length, m, generator=g) + 0.05  # positive features, as PRF's
-    fk = torch.rand(b, h, length, m, generator=g) + 0.05
-    v = torch.randn(b, h, length, dv, generator=g)
-    return tuple(x.to(DEVICE) for x in (fq, fk, v))
+    fq = torch.rand(b, h, length, m, generator=g, dtype=torch.float64) + 0.05
+    fk = torch.rand(b, h, length, m, generator=g, dtype=torch.float64) + 0.05
+    v = torch.randn(b, h, length, dv, generator=g, dtype=torch.float64)
+    s = 4.0 * torch.randn(b, h, length, generator=g, dtype=torch.float64) if log_scales else None
+    return tuple(None if x is None else x.to(DEVICE, dtype) for x in (fq, fk, v, s))
 
 
-def _ref(*xs: torch.Tensor, **kw) -> torch.Tensor:
-    return linear_attention_chunked(*(x.cpu().double() for x in xs), **kw)
+def _ref(fq, fk, v, s=None, **kw) -> torch.Tensor:
+    cpu = [None if x is None else x.cpu().double() for x in (fq, fk, v, s)]
+    return linear_attention_chunked(*cpu[:3], k_log_scale=cpu[3], **kw)
 
 
-@pytest.mark.parametrize(("length", "m", "dv", "chunk"), [(37, 8, 5, 16), (64, 16, 16, 32),
-                                                          (100, 20, 24, 16)])  # fmt: skip
-def test_the_kernel_equals_the_chunked_path(length: int, m: int, dv: int, chunk: int) -> None:
-    fq, fk, v = _features(2, 3, length, m, dv)
-    out = causal_linear_attention_triton(fq, fk, v, chunk_size=chunk)
-    ref = _ref(fq, fk, v)
-    torch.testing.assert_close(out.cpu().double(), ref, rtol=2e-5, atol=2e-5)
+@pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
+@pytest.mark.parametrize(("b", "h", "length", "m", "dv", "chunk"), [
+    (2, 3, 37, 8, 5, 16), (1, 2, 64, 16, 16, 32), (3, 1, 100, 20, 24, 16),
+    (1, 1, 70, 6, 80, 32),  # values wider than one program's block
+])  # fmt: skip
+def test_the_kernel_equals_the_chunked_path(b, h, length, m, dv, chunk, log_scales) -> None:
+    fq, fk, v, s = _features(b, h, length, m, dv, log_scales=log_scales)
+    out = causal_linear_attention_triton(fq, fk, v, k_log_scale=s, chunk_size=chunk)
+    torch.testing.assert_close(out.cpu().double(), _ref(fq, fk, v, s), rtol=2e-5, atol=2e-5)
     assert out.dtype == v.dtype
 
 
-def test_padded_keys_count_nowhere_even_as_nan() -> None:
-    fq, fk, v = _features(2, 2, 45, 8, 6)
-    pad = padding_mask(2, 45, (0, 11)).to(DEVICE)
+@pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
+def test_padded_keys_count_nowhere_even_as_nan(log_scales: bool) -> None:
+    fq, fk, v, s = _features(2, 2, 45, 8, 6, log_scales=log_scales)
+    pad = padding_mask(2, 45, (3, 11), left=True)
+    pad[1, 40:] = True
     fk2, v2 = fk.clone(), v.clone()
-    fk2[1, :, 34:], v2[1, :, 34:] = float("nan"), float("nan")
-    out = causal_linear_attention_triton(fq, fk2, v2, key_padding_mask=pad)
-    ref = _ref(fq, fk, v, key_padding_mask=pad.cpu())
+    fk2[1, :, 40:], v2[1, :, 40:] = float("nan"), float("nan")
+    s2 = None if s is None else s.masked_fill(pad[:, None].to(DEVICE), float("inf"))
+    out = causal_linear_attention_triton(fq, fk2, v2, k_log_scale=s2,
+                                         key_padding_mask=pad.to(DEVICE))  # fmt: skip
+    ref = _ref(fq, fk, v, s, key_padding_mask=pad)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.cpu().double(), ref, rtol=2e-5, atol=2e-5)
 
 
-def test_causal_outputs_never_see_later_tokens() -> None:
-    fq, fk, v = _features(1, 2, 50, 8, 8)
-    out = causal_linear_attention_triton(fq, fk, v)
+@pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
+def test_causal_outputs_never_see_later_tokens(log_scales: bool) -> None:
+    fq, fk, v, s = _features(1, 2, 50, 8, 8, log_scales=log_scales)
+    out = causal_linear_attention_triton(fq, fk, v, k_log_scale=s)
     fk2, v2 = fk.clone(), v.clone()
     fk2[:, :, 30:] *= 3.0
     v2[:, :, 30:] = -v2[:, :, 30:]
-    out2 = causal_linear_attention_triton(fq, fk2, v2)
+    s2 = None if s is None else torch.cat([s[:, :, :30], s[:, :, 30:] + 50.0], dim=2)
+    out2 = causal_linear_attention_triton(fq, fk2, v2, k_log_scale=s2)
+    # bitwise: not even a stabiliser looks ahead
     assert torch.equal(out[:, :, :30], out2[:, :, :30])
     assert not torch.allclose(out[:, :, 30:], out2[:, :, 30:])
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_inputs_accumulate_in_fp32(dtype: torch.dtype) -> None:
-    fq, fk, v = _features(1, 2, 40, 16, 16)
-    out = causal_linear_attention_triton(fq.to(dtype), fk.to(dtype), v.to(dtype))
-    ref = _ref(*(x.to(dtype) for x in (fq, fk, v)))
-    assert out.dtype == dtype
+    fq, fk, v, s = _features(1, 2, 40, 16, 16, log_scales=True)
+    half = [x.to(dtype) for x in (fq, fk, v)]
+    out = causal_linear_attention_triton(*half, k_log_scale=s)
+    ref = _ref(*half, s)
+    assert out.dtype == dtype and torch.isfinite(out).all()
     torch.testing.assert_close(out.cpu().double(), ref, rtol=1e-2, atol=1e-2)
+    grads = torch.autograd.grad(
+        causal_linear_attention_triton(*(x.requires_grad_() for x in half), k_log_scale=s).sum(),
+        half,
+    )
+    assert all(g.dtype == dtype and torch.isfinite(g).all() for g in grads)
 
 
-def test_gradients_are_those_of_the_chunked_path() -> None:
-    fq, fk, v = (x.requires_grad_() for x in _features(1, 2, 33, 8, 4))
-    g = torch.randn(1, 2, 33, 4, generator=torch.Generator().manual_seed(1)).to(DEVICE)
-    out = causal_linear_attention_triton(fq, fk, v)
-    grads = torch.autograd.grad(out, (fq, fk, v), g)
-    cpu = [x.detach().cpu().double().requires_grad_() for x in (fq, fk, v)]
-    expected = torch.autograd.grad(linear_attention_chunked(*cpu), cpu, g.cpu().double())
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
+def test_gradients_are_those_of_the_chunked_path(dtype: torch.dtype, log_scales: bool) -> None:
+    fq, fk, v, s = _features(2, 2, 41, 7, 5, dtype=dtype, log_scales=log_scales)
+    inputs = [x.requires_grad_() for x in (fq, fk, v, s) if x is not None]
+    pad = padding_mask(2, 41, (0, 6)).to(DEVICE)
+    g = torch.randn(2, 2, 41, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out = causal_linear_attention_triton(fq, fk, v, k_log_scale=s, key_padding_mask=pad,
+                                         chunk_size=16)  # fmt: skip
+    grads = torch.autograd.grad(out, inputs, g.to(DEVICE, dtype))
+    cpu = [x.detach().cpu().double().requires_grad_() for x in inputs]
+    ref = linear_attention_chunked(*cpu[:3], k_log_scale=cpu[3] if s is not None else None,
+                                   key_padding_mask=pad.cpu())  # fmt: skip
+    expected = torch.autograd.grad(ref, cpu, g)
+    tol = dict(rtol=1e-9, atol=1e-10) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
     for got, want in zip(grads, expected, strict=True):
-        torch.testing.assert_close(got.cpu().double(), want, rtol=1e-4, atol=1e-5)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu().double(), want, **tol)
+    assert (grads[1][1, :, -6:] == 0).all() and (grads[2][1, :, -6:] == 0).all()
+
+
+def test_gradcheck_in_float64() -> None:
+    fq, fk, v, s = _features(1, 2, 19, 3, 2, dtype=torch.float64, log_scales=True)
+    inputs = tuple(x.requires_grad_() for x in (fq, fk, v, s))
+
+    def attend(fq, fk, v, s):
+        return causal_linear_attention_triton(fq, fk, v, k_log_scale=s, chunk_size=16)
+
+    # fast mode (random projections of the Jacobians): a full one is minutes in the interpreter
+    assert torch.autograd.gradcheck(attend, inputs, fast_mode=True)
+
+
+@pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
+def test_prefill_from_a_state_equals_the_pytorch_prefill(log_scales: bool) -> None:
+    fq, fk, v, s = _features(2, 2, 50, 6, 5, dtype=torch.float64, log_scales=log_scales)
+    first, rest = slice(0, 21), slice(21, 50)
+    states = []
+    for prefill in (linear_attention_prefill, causal_linear_prefill_triton):
+        state = linear_attention_init_state(2, 2, 6, 0, device=DEVICE, dtype=torch.float64)
+        outs = []
+        for part in (first, rest):
+            scale = None if s is None else s[:, :, part]
+            out, state = prefill(fq[:, :, part], fk[:, :, part], v[:, :, part], state,
+                                 k_log_scale=scale, chunk_size=16)  # fmt: skip
+            outs.append(out)
+        states.append((torch.cat(outs, dim=2), *state))
+    for got, want in zip(states[1], states[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(states[1][0], _ref(fq, fk, v, s), rtol=1e-9, atol=1e-10)
 
 
 def test_refusals() -> None:
-    fq, fk, v = _features(1, 1, 8, 4, 4)
+    fq, fk, v, _ = _features(1, 1, 8, 4, 4)
     with pytest.raises(ValueError, match="power of two"):
         causal_linear_attention_triton(fq, fk, v, chunk_size=24)
+    with pytest.raises(ValueError, match="power of two"):
+        causal_linear_attention_triton(fq, fk, v, chunk_size=256)
     with pytest.raises(ValueError, match="alike"):
         causal_linear_attention_triton(fq, fk[..., :3], v)
+    with pytest.raises(ValueError, match="k_log_scale"):
+        causal_linear_attention_triton(fq, fk, v, k_log_scale=fq[..., 0, None])
+    state = linear_attention_init_state(1, 1, 4, 4, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="no backward"):
+        causal_linear_prefill_triton(fq.requires_grad_(), fk, v, state)
