@@ -19,6 +19,7 @@ from torch import Tensor
 from .. import positional
 from ..aggregator import Aggregator, LinearAggregator
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE
+from ..ops.triton.dispatch import check_backend, refuse_uncovered, select_aggregator
 from ..registry import register_mechanism
 from .base import sums_in_float32
 from .encoded import EncodedAttention
@@ -51,6 +52,10 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
             ``kattn.positional.build`` (share one module across layers by passing it to each).
             The module is ``attn.rpe`` (None without one) and ``attn.aggregator``; without
             one ``attn.aggregator`` is a :class:`~kattn.aggregator.LinearAggregator`.
+        backend: what computes the sums without an encoding: ``"auto"`` (the Triton kernels
+            on CUDA tensors when triton imports, else PyTorch), ``"triton"`` (the kernels, or
+            ``NotImplementedError`` saying why a call is not covered, e.g. with ``rpe``) or
+            ``"torch"``; see :mod:`kattn.ops.triton.dispatch`.
         **options: options of the feature map (e.g. ``num_features``, ``sampling``, ``redraw``
             for ``prf``/``trf``) and of the encoding (``rpe_method``, ``num_buckets``,
             ``max_distance``, ``bidirectional``, ``decay_terms``, ``grid``).
@@ -74,9 +79,11 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
         block_size: int = DEFAULT_BLOCK_SIZE,
         eps: float | None = None,
         rpe: str | positional.RelativePositionBias | None = None,
+        backend: str = "auto",
         **options: Any,
     ) -> None:
         super().__init__(head_dim=head_dim, num_heads=num_heads, max_len=max_len)
+        self.backend = check_backend(backend)
         self._check_option_types(normalize_qk=normalize_qk, scale=scale, eps=eps)
         aggregator = build_aggregator(rpe, num_heads, max_len, options)
         # An encoding is the submodule ``rpe`` (its state_dict keys and the public attribute);
@@ -95,6 +102,7 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
             normalize_qk=normalize_qk,
         )
         self._set_capabilities(rpe=aggregator)
+        refuse_uncovered(self.backend, aggregator)
         self.limits_length = aggregator.needs_max_len
 
     @property
@@ -125,6 +133,16 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
     def _encoding(self) -> Aggregator:
         return self.aggregator
 
+    def _aggregator_for(
+        self, x: Tensor, call: str, *, causal: bool = True, tensors: tuple[object, ...] = ()
+    ) -> Aggregator:
+        """The aggregator ``backend`` runs this call with (``"attend"``, ``"step"`` or
+        ``"prefill"`` on inputs like ``x``): the Triton kernels or :attr:`aggregator`."""
+        return select_aggregator(
+            self.backend, self.aggregator, x, call=call, causal=causal,
+            chunk_size=self.chunk_size, tensors=tensors,
+        )  # fmt: skip
+
     # ------------------------------------------------------------------------------ maths
     def _prepare(self, x: Tensor) -> Tensor:
         """x in the accumulation dtype; normalised, and times ``√τ_h``, with ``normalize_qk``."""
@@ -142,7 +160,7 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
         if self.training:
             self.feature_map.training_step()
         fk = self.features(k)
-        return self.aggregator.attend(
+        return self._aggregator_for(v, "attend", causal=causal).attend(
             self.query_features(q),
             fk.values,
             v,
@@ -187,15 +205,16 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
     @sums_in_float32
     def _step(self, q_t: Tensor, k_t: Tensor, v_t: Tensor, state: Any) -> tuple[Tensor, Any]:
         fk = self.features(k_t)
-        return self.aggregator.step(
-            self.query_features(q_t), fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps
-        )
+        fq = self.query_features(q_t)
+        aggregator = self._aggregator_for(v_t, "step", tensors=(fq, *fk, v_t, state))
+        return aggregator.step(fq, fk.values, v_t, state, k_log_scale=fk.log_scale, eps=self.eps)
 
     @sums_in_float32
     def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: Any) -> tuple[Tensor, Any]:
         fk = self.features(k)
-        return self.aggregator.prefill(
-            self.query_features(q),
+        fq = self.query_features(q)
+        return self._aggregator_for(v, "prefill", tensors=(fq, *fk, v, state)).prefill(
+            fq,
             fk.values,
             v,
             state,
@@ -210,6 +229,7 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
             f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
             f"feature_map={self.feature_map_name!r}, normalize_qk={self.normalize_qk}, "
             f"scale={self.scale:.4g}{temperature_repr(self.log_temperature)}"
+            + ("" if self.backend == "auto" else f", backend={self.backend!r}")
         )
 
 

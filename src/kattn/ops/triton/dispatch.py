@@ -1,0 +1,243 @@
+"""Which implementation the sums of kernelized attention run: the ``backend`` option.
+
+* ``"torch"`` — the PyTorch paths of :mod:`kattn.functional` (every device, every case).
+* ``"triton"`` — the Triton kernels of this package for the plain linear aggregator: causal
+  and non-causal forward and backward, key padding, key log-scales, the decoding step and a
+  prefill without a graph. A call they do not cover raises ``NotImplementedError`` saying
+  why; CUDA tensors, or CPU tensors in Triton's interpreter (``TRITON_INTERPRET=1``).
+* ``"auto"`` (the default) — the kernels when they cover the call, the tensors are on CUDA
+  in fp32/fp16/bf16 and triton imports; else the PyTorch path. On the CPU nothing changes.
+
+This module imports triton only when a kernel is chosen, so ``kattn`` works without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ...aggregator import Aggregator, LinearAggregator
+from ...functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE, LinearState
+from ...functional.numerics import DEFAULT_EPS
+
+__all__ = [
+    "BACKENDS",
+    "TritonLinearAggregator",
+    "check_backend",
+    "kernel_gap",
+    "refuse_uncovered",
+    "select_aggregator",
+    "use_triton",
+]
+
+#: the values of the ``backend`` option.
+BACKENDS = ("auto", "triton", "torch")
+#: the chunk sizes the causal kernels take.
+KERNEL_CHUNKS = (16, 32, 64, 128)
+
+
+def check_backend(backend: object) -> str:
+    """``backend`` if it is one of :data:`BACKENDS`, else ``ValueError``."""
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(
+            f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}"
+        )
+    return backend
+
+
+@functools.cache
+def triton_importable() -> bool:
+    """Whether ``import triton`` succeeds (asked once per process)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _interpreted() -> bool:
+    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``, on CPU)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def kernel_gap(
+    aggregator: Aggregator,
+    *,
+    call: str,
+    causal: bool = True,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    tensors: Iterable[object] = (),
+) -> str | None:
+    """Why the Triton kernels do not cover this call (None when they do).
+
+    Args:
+        aggregator: the mechanism's aggregator; only the plain linear one has kernels.
+        call: ``"attend"``, ``"step"`` or ``"prefill"``.
+        causal: for ``"attend"``, whether the call is causal (the chunked kernels).
+        chunk_size: the mechanism's chunk size, which the causal kernels use.
+        tensors: the inputs and state of a step or prefill (their kernels have no backward):
+            tensors, None, or tuples of them such as a state.
+    """
+    if type(aggregator) is not LinearAggregator:
+        return (
+            f"its aggregator is {type(aggregator).__name__} (relative positional weights), and "
+            "backend= sends only the plain linear aggregator (rpe=None) to the Triton kernels"
+        )
+    uses_chunks = call == "prefill" or (call == "attend" and causal)
+    if uses_chunks and chunk_size not in KERNEL_CHUNKS:
+        return (
+            f"the causal kernels take chunk_size in {KERNEL_CHUNKS}, this module has {chunk_size}"
+        )
+    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in _flat(tensors))
+    if call != "attend" and needs_grad:
+        return (
+            f"the Triton {call} has no backward and a gradient is needed: run it under "
+            "torch.no_grad()"
+        )
+    return None
+
+
+def _flat(items: Iterable[object]) -> list[Tensor]:
+    """The tensors among ``items``, tuples (a state) opened."""
+    found: list[Tensor] = []
+    for x in items:
+        if isinstance(x, Tensor):
+            found.append(x)
+        elif isinstance(x, tuple):
+            found.extend(_flat(x))
+    return found
+
+
+def use_triton(backend: str, gap: str | None, x: Tensor) -> bool:
+    """Whether ``backend`` runs the kernels on inputs like ``x``, given :func:`kernel_gap`.
+
+    Raises:
+        NotImplementedError: ``backend="triton"`` and the kernels do not cover the call.
+        ImportError: ``backend="triton"`` without triton installed.
+        ValueError: ``backend="triton"`` on tensors the kernels cannot read.
+    """
+    if backend == "torch":
+        return False
+    if backend == "auto":
+        fits = x.device.type == "cuda" and x.dtype != torch.float64
+        return gap is None and fits and triton_importable()
+    if gap is not None:
+        raise NotImplementedError(
+            f"backend='triton' does not cover this call: {gap}. Use backend='auto' to fall back "
+            "on the PyTorch path"
+        )
+    if not triton_importable():
+        raise ImportError(
+            "backend='triton' needs triton: pip install 'kattn[gpu]' (Linux), or use backend='auto'"
+        )
+    if not (x.device.type == "cuda" or (x.device.type == "cpu" and _interpreted())):
+        raise ValueError(
+            f"backend='triton' runs on CUDA tensors, or on CPU tensors with TRITON_INTERPRET=1 "
+            f"set before triton is imported; got {x.device.type} tensors"
+        )
+    return True
+
+
+def refuse_uncovered(backend: str, aggregator: Aggregator) -> None:
+    """``NotImplementedError`` at construction when ``backend="triton"`` is asked of an
+    aggregator that has no kernel (a relative positional encoding), so no call could run."""
+    gap = kernel_gap(aggregator, call="attend", causal=False)
+    if backend == "triton" and gap is not None:
+        raise NotImplementedError(
+            f"backend='triton' does not cover this attention: {gap}. Use backend='auto' to "
+            "fall back on the PyTorch path"
+        )
+
+
+def select_aggregator(
+    backend: str,
+    aggregator: Aggregator,
+    x: Tensor,
+    *,
+    call: str,
+    causal: bool = True,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    tensors: Iterable[object] = (),
+) -> Aggregator:
+    """The aggregator that ``backend`` runs for this call on inputs like ``x``: a
+    :class:`TritonLinearAggregator` or ``aggregator`` itself (arguments as
+    :func:`kernel_gap`; errors as :func:`use_triton`)."""
+    if backend == "torch" or (backend == "auto" and x.device.type != "cuda"):
+        return aggregator
+    gap = kernel_gap(aggregator, call=call, causal=causal, chunk_size=chunk_size, tensors=tensors)
+    if not use_triton(backend, gap, x):
+        return aggregator
+    return TritonLinearAggregator(num_heads=getattr(aggregator, "num_heads", x.shape[1]))
+
+
+class TritonLinearAggregator(LinearAggregator):
+    """:class:`~kattn.aggregator.LinearAggregator` by the Triton kernels: the same results,
+    the same state; ``block_size`` (a memory knob of the PyTorch path) does not apply."""
+
+    def attend(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        k_log_scale: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        eps: float = DEFAULT_EPS,
+        positive_features: bool = False,
+    ) -> Tensor:
+        """:func:`~kattn.ops.triton.causal_linear.causal_linear_attention_triton` if
+        ``causal``, else :func:`~kattn.ops.triton.noncausal_linear.linear_attention_triton`."""
+        options: dict[str, Any] = dict(
+            k_log_scale=k_log_scale, key_padding_mask=key_padding_mask, eps=eps
+        )
+        if causal:
+            from .causal_linear import causal_linear_attention_triton
+
+            return causal_linear_attention_triton(phi_q, phi_k, v, chunk_size=chunk_size, **options)
+        from .noncausal_linear import linear_attention_triton
+
+        return linear_attention_triton(phi_q, phi_k, v, **options)
+
+    def step(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        state: LinearState,
+        *,
+        k_log_scale: Tensor | None = None,
+        eps: float = DEFAULT_EPS,
+    ) -> tuple[Tensor, LinearState]:
+        """:func:`~kattn.ops.triton.linear_step.linear_step_triton`."""
+        from .linear_step import linear_step_triton
+
+        return linear_step_triton(phi_q, phi_k, v, state, k_log_scale=k_log_scale, eps=eps)
+
+    def prefill(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        state: LinearState,
+        *,
+        k_log_scale: Tensor | None = None,
+        eps: float = DEFAULT_EPS,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        **kwargs: Any,
+    ) -> tuple[Tensor, LinearState]:
+        """:func:`~kattn.ops.triton.causal_linear.causal_linear_prefill_triton`."""
+        from .causal_linear import causal_linear_prefill_triton
+
+        return causal_linear_prefill_triton(
+            phi_q, phi_k, v, state, k_log_scale=k_log_scale, eps=eps, chunk_size=chunk_size,
+            **kwargs,
+        )  # fmt: skip
