@@ -1,7 +1,9 @@
 """A finished (or interrupted) run's model, read back from its run folder.
 
-A language-model run folder is self-contained: ``config.json`` gives the model, ``best.pt`` or
-``last.pt`` its weights, and the tokenizer is UTF-8 bytes or the file copied into the folder.
+A language-model run folder (``lm``, ``mlm``) is self-contained: ``config.json`` gives the
+model, ``best.pt`` or ``last.pt`` its weights, and the tokenizer is UTF-8 bytes or the file
+copied into the folder (an ``mlm`` run's special ids follow from it:
+:func:`kattn.train.mlm.run_vocab`).
 A classification run's model sizes come from its task data, which is read again.
 """
 
