@@ -19,6 +19,7 @@ from ..train.distributed import check_device
 from ..train.overrides import parse_value
 from ..train.trained import load_trained_model
 from ..train.translation import decoding_of
+from .convert_hf import add_hf_arguments, cmd_convert_hf
 from .types import int_at_least
 
 
@@ -26,8 +27,8 @@ def add_convert_parser(sub: Any) -> None:
     """Add ``convert`` to the ``kattn`` subcommands."""
     p = sub.add_parser(
         "convert",
-        help="convert a trained translation run's attentions to kernelized attention without "
-        "fine-tuning, and score it before and after",
+        help="convert a trained translation run's (or a saved Hugging Face model's) attentions "
+        "to kernelized attention without fine-tuning, and score it before and after",
         description="Replace the attentions of a translation run (kattn train --task "
         "translation) by another mechanism, keeping the projections and every learnt entry "
         "the two share (relative encoding, temperature), without fine-tuning (Luo et al. "
@@ -35,9 +36,17 @@ def add_convert_parser(sub: Any) -> None:
         "after. --to auto converts each attention to its kernelized counterpart: softmax -> "
         "performer, softmax_rpe -> prf_rpe, normalized_softmax -> kernelized PRF over "
         "normalised q/k with the learnt temperature, with rpe -> nprf_rpe. Conversions that "
-        "plainly change the function are refused (exit code 2) unless --no-strict.",
+        "plainly change the function are refused (exit code 2) unless --no-strict. With --hf "
+        "DIR instead of --run, a Hugging Face model saved with save_pretrained runs the "
+        "mechanism in every attention layer (auto: performer), is scored before and after "
+        "(a causal LM by perplexity on --text, any other model by the cosine of its last "
+        "hidden states) and, with --out, saved for kattn.hf.from_pretrained.",
     )
-    p.add_argument("--run", required=True, help="the run folder of kattn train --task translation")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", help="the run folder of kattn train --task translation")
+    source.add_argument(
+        "--hf", metavar="DIR", help="a Hugging Face model folder written by save_pretrained"
+    )
     p.add_argument(
         "--to",
         required=True,
@@ -75,8 +84,13 @@ def add_convert_parser(sub: Any) -> None:
     p.add_argument("--checkpoint", default="best", choices=("best", "last"))
     p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps or auto")
     p.add_argument("--no-strict", action="store_true", help="convert what strict would refuse")
-    p.add_argument("--out", help="write the converted model as a run folder here")
+    p.add_argument(
+        "--out",
+        help="write the converted model here: a run folder (--run) or a save_pretrained "
+        "folder (--hf)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_hf_arguments(p)
     p.set_defaults(func=cmd_convert)
 
 
@@ -93,6 +107,8 @@ def _options(items: list[str] | None) -> dict[str, Any]:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    if args.hf is not None:
+        return cmd_convert_hf(args, _options(args.attention_option))
     check_device(args.device, "--device")
     config, data = load_run_data(args.run)
     try:
