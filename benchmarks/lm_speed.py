@@ -1,4 +1,5 @@
-"""Speed of a causal language model (``kattn.nn.CausalLM``) on the CPU: decoding and training.
+"""Speed of a causal language model (``kattn.nn.CausalLM``) on the CPU (or ``--device cuda``):
+decoding and training.
 
 One model shape for every mechanism: vocabulary 256 (bytes), dim 256, depth 4, 4 heads, FFN
 1024, sinusoidal positions, no dropout, fp32, ``torch.manual_seed(0)`` before building. Candidates:
@@ -20,6 +21,7 @@ Results go to ``benchmarks/results/lm-<machine>-torch<version>-kattn<version>.{j
 
     python benchmarks/lm_speed.py            # the committed results
     python benchmarks/lm_speed.py --quick    # a smoke run
+    python benchmarks/lm_speed.py --device cuda   # on a GPU (results named by the GPU)
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class PassThrough(nn.Module):
         return v
 
 
-def build(name: str, max_len: int) -> CausalLM:
+def build(name: str, max_len: int, device: str = "cpu") -> CausalLM:
     mechanism, options = CANDIDATES.get(name, ("softmax", {}))
     torch.manual_seed(0)
     model = CausalLM(
@@ -75,16 +77,24 @@ def build(name: str, max_len: int) -> CausalLM:
     if name == CEILING:
         for layer in model.layers:
             layer.attn.attention = PassThrough()  # type: ignore[union-attr]
-    return model
+    return model.to(device)
 
 
-def random_tokens(*shape: int, seed: int) -> Tensor:
-    return torch.randint(0, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+def random_tokens(*shape: int, seed: int, device: str = "cpu") -> Tensor:
+    tokens = torch.randint(0, VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+    return tokens.to(device)
+
+
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work (before reading a clock)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def check_decoding(models: dict[str, CausalLM], prompt: int = 24, steps: int = 8) -> dict:
     """Logits of ``prefill`` then ``step`` equal those of the parallel forward."""
-    tokens = random_tokens(2, prompt + steps, seed=1)
+    device = str(next(next(iter(models.values())).parameters()).device)
+    tokens = random_tokens(2, prompt + steps, seed=1, device=device)
     errors = {}
     with torch.inference_mode():
         for name, model in models.items():
@@ -117,12 +127,14 @@ def state_bytes(state: Any) -> tuple[int, int]:
 
 def measure_decoding(models, batch: int, context: int, args) -> list[dict]:
     """Prefill ``context`` tokens for every model, then time ``step`` in interleaved rounds."""
-    prompt = random_tokens(batch, context, seed=context + batch)
-    token = random_tokens(batch, seed=2)
+    prompt = random_tokens(batch, context, seed=context + batch, device=args.device)
+    token = random_tokens(batch, seed=2, device=args.device)
     states, prefill = {}, {}
     for name, model in models.items():
+        synchronize(args.device)
         start = time.perf_counter()
         _, states[name] = model.prefill(prompt)
+        synchronize(args.device)
         prefill[name] = time.perf_counter() - start
 
     def stepper(name: str):
@@ -135,7 +147,9 @@ def measure_decoding(models, batch: int, context: int, args) -> list[dict]:
     per_round: dict[str, list[float]] = {name: [] for name in models}
     for r in range(args.rounds):
         for name, fn in fns.items():  # first round warms up (the cache grows once there)
-            timing = measure_time(fn, repeats=args.steps, warmup=2 if r == 0 else 0)
+            timing = measure_time(
+                fn, repeats=args.steps, warmup=2 if r == 0 else 0, device=args.device
+            )
             per_round[name].append(timing.median)
         print(
             f"decode B={batch} context={context} round {r + 1}/{args.rounds}: "
@@ -166,7 +180,7 @@ def measure_decoding(models, batch: int, context: int, args) -> list[dict]:
 def measure_training(models, block: int, tokens: int, args) -> list[dict]:
     """AdamW steps over ``tokens`` tokens (batch = tokens // block) in interleaved rounds."""
     batch = max(1, tokens // block)
-    data = random_tokens(batch, block + 1, seed=block)
+    data = random_tokens(batch, block + 1, seed=block, device=args.device)
     inputs, targets = data[:, :-1], data[:, 1:].flatten()
     losses: dict[str, float] = {}
 
@@ -190,7 +204,8 @@ def measure_training(models, block: int, tokens: int, args) -> list[dict]:
     per_round: dict[str, list[float]] = {name: [] for name in models}
     for r in range(args.train_rounds):
         for name, fn in fns.items():
-            per_round[name].append(measure_time(fn, repeats=args.train_steps, warmup=0).median)
+            timing = measure_time(fn, repeats=args.train_steps, warmup=0, device=args.device)
+            per_round[name].append(timing.median)
         print(
             f"train block={block} round {r + 1}/{args.train_rounds}: "
             + ", ".join(f"{n} {s[-1]:.2f} s" for n, s in per_round.items()),
@@ -271,8 +286,11 @@ def main() -> None:
     parser.add_argument("--train-rounds", type=int, default=3)
     parser.add_argument("--train-steps", type=int, default=1, help="per candidate and round")
     parser.add_argument("--quick", action="store_true", help="short contexts, small steps")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if torch.device(args.device).type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device {args.device}: CUDA is not available on this machine")
     if args.quick:
         args.decode_batches, args.contexts, args.blocks = "1", "128,256", "256,512"
         args.tokens, args.rounds, args.steps, args.train_rounds = 1024, 2, 8, 1
@@ -281,18 +299,18 @@ def main() -> None:
     blocks = [int(x) for x in args.blocks.split(",")]
     load_start = os.getloadavg()  # other work on the machine shows here
     max_len = max(*contexts, *blocks) + 1024
-    models = {name: build(name, max_len) for name in CANDIDATES}
+    models = {name: build(name, max_len, args.device) for name in CANDIDATES}
     correctness = check_decoding(models)
     decode = []
     with torch.inference_mode():
         for batch in batches:
             for context in contexts:
                 decode += measure_decoding(models, batch, context, args)
-    models[CEILING] = build(CEILING, max_len)
+    models[CEILING] = build(CEILING, max_len, args.device)
     train = []
     for block in blocks:
         train += measure_training(models, block, args.tokens, args)
-    info = machine_info()
+    info = machine_info(args.device)
     report = {
         "machine": info,
         "config": {
@@ -315,7 +333,8 @@ def main() -> None:
         "train": train,
     }
     report["targets"] = targets(report)
-    stem = results_stem("lm", info) + ("-quick" if args.quick else "")
+    stem = results_stem("lm", info, torch.device(args.device).type)
+    stem += "-quick" if args.quick else ""
     write_results(args.out, stem, report, render(report))
 
 
