@@ -1,0 +1,70 @@
+"""kattn.patch hands Hugging Face models to kattn.hf (transformers' attention interface)."""
+
+import pytest
+import torch
+from torch import nn
+
+import kattn
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("kattn.hf")
+
+
+def tiny_bert():
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=32,
+                                     initializer_range=0.3)  # fmt: skip
+    return transformers.BertModel(config).double().eval()
+
+
+def inputs():
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 50, (2, 9), generator=generator)
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, -3:] = 0
+    return ids, mask
+
+
+def kattn_modules(model):
+    return [m for m in model.modules() if isinstance(m, kattn.Attention)]
+
+
+def test_softmax_through_kattn_hf_keeps_the_outputs():
+    model = tiny_bert()
+    ids, mask = inputs()
+    with torch.no_grad():
+        before = model(ids, attention_mask=mask).last_hidden_state
+        assert kattn.patch(model, mechanism="softmax") is model
+        after = model(ids, attention_mask=mask).last_hidden_state
+    assert model.config._attn_implementation == "kattn:softmax"
+    assert len(kattn_modules(model)) == 2
+    keep = mask.bool()
+    torch.testing.assert_close(after[keep], before[keep], rtol=0, atol=1e-6)
+
+
+def test_a_kernelized_mechanism_really_runs_and_calls_are_counted():
+    model = tiny_bert()
+    ids, mask = inputs()
+    with torch.no_grad():
+        before = model(ids, attention_mask=mask).last_hidden_state
+        kattn.patch(model, mechanism="performer", num_features=16)
+        calls = []
+        for module in kattn_modules(model):
+            module.register_forward_hook(lambda *_: calls.append(1))
+        after = model(ids, attention_mask=mask).last_hidden_state
+    assert len(calls) == 2
+    assert all(m.feature_map.num_features == 16 for m in kattn_modules(model))
+    assert (after - before).abs().max() > 1e-3
+
+
+def test_a_model_holding_hf_and_x_transformers_parts_gets_both_patched():
+    xt = pytest.importorskip("x_transformers")
+    torch.manual_seed(0)
+    model = nn.ModuleDict({
+        "text": tiny_bert(),
+        "mixer": xt.Encoder(dim=16, depth=1, heads=2, attn_dim_head=8),
+    })  # fmt: skip
+    kattn.patch(model, mechanism="linear")
+    assert model["text"].config._attn_implementation == "kattn:linear"
+    assert isinstance(model["mixer"].layers[0][1].attend.attention, kattn.Attention)
