@@ -66,6 +66,9 @@ def test_packing_wraps_pieces_in_cls_and_sep_and_pads_the_last():
         [257, 4, 5, 6, 7, 258],
         [257, 8, 9, 258, 256, 256],
     ]
+    assert rows.dtype == torch.int16  # 260 ids: two bytes each
+    exact = pack_sequences(torch.arange(8, dtype=torch.uint8), vocab, 6)
+    assert exact.tolist() == [[257, 0, 1, 2, 3, 258], [257, 4, 5, 6, 7, 258]]
     with pytest.raises(ValueError, match="at least 3"):
         pack_sequences(torch.arange(10), vocab, 2)
 

@@ -47,7 +47,7 @@ def masking_config(config: RunConfig) -> MaskingConfig:
 def pack_sequences(tokens: Tensor, vocab: MLMVocab, max_len: int) -> Tensor:
     """``(N,)`` ids cut into consecutive pieces of ``max_len − 2`` tokens, each as one row
     ``[CLS] piece [SEP]`` of ``max_len`` ids, the last one padded with [PAD]: ``(S, max_len)``
-    int32 (int64 for ids beyond int32).
+    int16 when the vocabulary fits, else int32 (a corpus of bytes takes two bytes per id).
 
     Raises:
         ValueError: ``max_len`` is below 3 (no room for a token between [CLS] and [SEP]).
@@ -59,18 +59,18 @@ def pack_sequences(tokens: Tensor, vocab: MLMVocab, max_len: int) -> Tensor:
         )
     if len(tokens) == 0:
         raise DataFormatError("a split of the corpus has no tokens: give a longer corpus")
+    dtype = torch.int16 if vocab.vocab_size <= torch.iinfo(torch.int16).max else torch.int32
     piece = max_len - 2
     rows = math.ceil(len(tokens) / piece)
-    body = torch.full((rows * piece,), vocab.pad_id, dtype=torch.int64)
-    body[: len(tokens)] = tokens.long()
-    body = body.view(rows, piece)
-    packed = torch.full((rows, max_len), vocab.pad_id, dtype=torch.int64)
+    packed = torch.full((rows, max_len), vocab.pad_id, dtype=dtype)
     packed[:, 0] = vocab.cls_id
-    packed[:, 1:-1] = body
-    last = len(tokens) - (rows - 1) * piece  # tokens of the last row
+    full = (rows - 1) * piece  # the tokens of the rows before the last
+    packed[:-1, 1:-1] = tokens[:full].view(rows - 1, piece).to(dtype)
     packed[:-1, -1] = vocab.sep_id
+    last = len(tokens) - full
+    packed[-1, 1 : last + 1] = tokens[full:].to(dtype)
     packed[-1, last + 1] = vocab.sep_id
-    return packed.to(torch.int32) if vocab.vocab_size < 2**31 else packed
+    return packed
 
 
 def fixed_masks(
