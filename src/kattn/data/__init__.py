@@ -8,9 +8,13 @@ Every LRA loader returns a :class:`TaskData` of padded id tensors (id 0 = paddin
 :func:`load_iwslt` and :func:`load_parallel_files` give a :class:`ParallelCorpus`, which
 :class:`JointBPE` and :func:`token_batches` turn into batches. :func:`load_images` reads image
 classification sets (CIFAR, downsampled ImageNet, image folders, or the embedded shapes) as
-:class:`ImageData`, and :class:`Augment` is their train-time augmentation.
+:class:`ImageData`, and :class:`Augment` is their train-time augmentation. :func:`load_glue`
+and :func:`load_agnews` read text-classification sets (GLUE's TSVs, AG News's CSVs) as
+:class:`TextExamples`; :func:`embedded_text_classes` builds the embedded one from the gettext
+catalogues on the machine.
 """
 
+from .agnews import AGNEWS_CLASSES, ClassificationTexts, load_agnews, write_agnews_csv
 from .base import PAD_ID, DataFormatError, SequenceDataset, TaskData, pad_sequences
 from .corpus import (
     EMBEDDED_CORPUS_BYTES,
@@ -25,6 +29,7 @@ from .corpus import (
     unigram_bits_per_byte,
 )
 from .gettext_catalog import MoCatalog, MoEntry, read_mo
+from .glue import GLUE_TASKS, GlueData, GlueTask, glue_task, load_glue
 from .image import load_image, rgb_to_grayscale
 from .image_augment import IMAGENET_MEAN, IMAGENET_STD, Augment, normalize
 from .image_embedded import SHAPE_CLASSES, generate_shapes
@@ -57,6 +62,8 @@ from .parallel_batches import (
 from .pathfinder import draw_pathfinder, generate_pathfinder, load_pathfinder
 from .retrieval import load_retrieval
 from .text import load_text, pad_bytes
+from .text_classification_embedded import embedded_text_classes, generate_text_classes
+from .text_examples import TextExamples, encode_examples
 from .tokenizers import (
     ByteTokenizer,
     HFTokenizer,
@@ -66,7 +73,9 @@ from .tokenizers import (
 )
 
 __all__ = [
+    "AGNEWS_CLASSES",
     "EMBEDDED_CORPUS_BYTES",
+    "GLUE_TASKS",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "LISTOPS_FILES",
@@ -79,8 +88,11 @@ __all__ = [
     "SPLIT_FRACTIONS",
     "Augment",
     "ByteTokenizer",
+    "ClassificationTexts",
     "Corpus",
     "DataFormatError",
+    "GlueData",
+    "GlueTask",
     "HFTokenizer",
     "ImageData",
     "ImageSplit",
@@ -93,17 +105,24 @@ __all__ = [
     "SentencePieceTokenizer",
     "SequenceDataset",
     "TaskData",
+    "TextExamples",
     "Tokenizer",
     "collate_pairs",
     "draw_pathfinder",
     "embedded_images",
+    "embedded_text_classes",
+    "encode_examples",
     "encode_listops",
     "generate_listops",
     "generate_pathfinder",
     "generate_shapes",
+    "generate_text_classes",
     "gettext_corpus",
+    "glue_task",
     "iterate_batches",
+    "load_agnews",
     "load_corpus",
+    "load_glue",
     "load_image",
     "load_images",
     "load_iwslt",
@@ -125,5 +144,6 @@ __all__ = [
     "tokenize_corpus",
     "tokenize_listops",
     "unigram_bits_per_byte",
+    "write_agnews_csv",
     "write_listops",
 ]
