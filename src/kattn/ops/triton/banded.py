@@ -88,8 +88,9 @@ def _banded_forward(
     num, den, off = _far_field(fq, fk, vals, s, left, chunk)
     parts.append((num[:, :, :lq], den[:, :, :lq], off[:, :, :lq] + log_coeff[:, 0, None]))
     if not causal:  # keys j >= i + right: reversed, they are j' <= i' − right
-        flipped = [None if x is None else x.flip(2) for x in (fq, fk, vals, s)]
-        num, den, off = (x.flip(2)[:, :, :lq] for x in _far_field(*flipped, right, chunk))
+        s_back = None if s is None else s.flip(2)
+        sums = _far_field(fq.flip(2), fk.flip(2), vals.flip(2), s_back, right, chunk)
+        num, den, off = (x.flip(2)[:, :, :lq] for x in sums)
         parts.append((num, den, off + log_coeff[:, -1, None]))
     tops = torch.stack([p[2] for p in parts])  # (parts, B, H, Lq)
     w = torch.exp(tops - tops.amax(dim=0, keepdim=True))

@@ -168,8 +168,10 @@ def _decay_forward(
         s_back = None
         if s is not None:
             s_back = F.pad(s.flip(2), (1, 0), value=log_floor(s.dtype))[:, :, :length]
-        sums = decayed_causal_sums_triton(fq.flip(2), *back, s_back, log_gamma[:, 1], chunk)
-        parts.append((tuple(x.flip(3) for x in sums), 1))
+        num, den, off = decayed_causal_sums_triton(
+            fq.flip(2), back[0], back[1], s_back, log_gamma[:, 1], chunk
+        )
+        parts.append(((num.flip(3), den.flip(3), off.flip(3)), 1))
     nums, dens, log_ws = [], [], []
     for (num, den, off), side in parts:
         # the future side's query i reads keys from i+1: one more step of decay in its weight

@@ -75,7 +75,7 @@ def rpe_attend_triton(
     if gap is not None:
         raise NotImplementedError(gap)
     lq, lk = phi_q.shape[2], phi_k.shape[2]
-    aggregator.check_lengths(lq, lk)  # type: ignore[attr-defined]
+    aggregator.check_lengths(lq, lk)
     chunk = chunk_size if chunk_size in KERNEL_CHUNKS else FALLBACK_CHUNK
     common: dict[str, Any] = dict(
         causal=causal, k_log_scale=k_log_scale, key_padding_mask=key_padding_mask, eps=eps
@@ -96,5 +96,6 @@ def rpe_attend_triton(
         )
     from .toeplitz_blocked import toeplitz_linear_attention_triton
 
-    log_coeff = aggregator.log_coefficients(lq, lk)  # type: ignore[attr-defined]
+    assert isinstance(aggregator, ToeplitzBias)
+    log_coeff = aggregator.log_coefficients(lq, lk)
     return toeplitz_linear_attention_triton(phi_q, phi_k, v, log_coeff, block_size=chunk, **common)
