@@ -96,6 +96,20 @@ def test_performer_patch_runs_keeps_weights_and_stays_causal():
     assert (later[:, 7:] - after[:, 7:]).abs().max() > 1e-3
 
 
+def test_patching_again_changes_the_mechanism_and_keeps_the_scale():
+    model = wrapper(SOFTMAX_CASES["grouped_kv_qk_norm"]()).double().eval()
+    x, mask = tokens_and_mask()
+    with torch.no_grad():
+        before = model(x, mask=mask)
+        kattn.patch(model, mechanism="performer", num_features=16)
+        kattn.patch(model, mechanism="softmax")
+        after = model(x, mask=mask)
+    core = model.attn_layers.layers[0][1].attend
+    assert core.scale == pytest.approx(10)  # x-transformers' qk_norm_scale, not 1/sqrt(8)
+    assert type(core.attention).__name__ == "SoftmaxAttention"
+    torch.testing.assert_close(after[mask], before[mask], rtol=0, atol=1e-6)
+
+
 def test_generation_recomputes_the_prefix_with_the_cache_turned_off():
     model = wrapper(xt.Decoder(**SIZES)).eval()
     kattn.patch(model, mechanism="linear")

@@ -66,13 +66,23 @@ class XTransformersAttend(nn.Module):
         causal: the default when the call does not say.
         scale: x-transformers' logit scale; another one than ``1/√D`` is applied to the
             queries before the mechanism (which scales by ``1/√D`` itself).
+        dropout: the attention dropout of the ``Attend`` replaced (kept so that patching
+            again with another mechanism sees it).
     """
 
-    def __init__(self, attention: Attention, *, causal: bool, scale: float) -> None:
+    def __init__(
+        self, attention: Attention, *, causal: bool, scale: float, dropout: float = 0.0
+    ) -> None:
         super().__init__()
         self.attention = attention
         self.causal = causal
         self.query_scale = scale * math.sqrt(attention.head_dim)
+        self.dropout = dropout
+
+    @property
+    def scale(self) -> float:
+        """x-transformers' logit scale this core reproduces."""
+        return self.query_scale / math.sqrt(self.attention.head_dim)
 
     def forward(
         self,
@@ -202,7 +212,8 @@ def xtransformers_refusals(target: XTarget, mechanism: str, attention: Attention
     cannot honour (none: fine)."""
     module, attend = target.module, target.module.attend
     reasons = [why for flag, why in _ATTEND_FEATURES if _enabled(attend, flag)]
-    if not _is_softmax(attend):
+    # an earlier patch's core stands for a softmax Attend already accepted
+    if not isinstance(attend, XTransformersAttend) and not _is_softmax(attend):
         reasons.append(
             "its attention weights are not a softmax of the logits (sigmoid, hard, top-k, "
             "Gumbel or a custom function): a kattn mechanism approximates softmax attention"
@@ -298,8 +309,9 @@ def install(target: XTarget, core: Attention) -> XTransformersAttend:
     """Put ``core`` in ``target``'s place of ``attend``; the key/value cache is turned off."""
     module = target.module
     head_dim = core.head_dim
-    scale = getattr(module.attend, "scale", None)
-    new = XTransformersAttend(core, causal=bool(module.causal), scale=scale or head_dim**-0.5)
+    scale = getattr(module.attend, "scale", None) or head_dim**-0.5
+    dropout = float(getattr(module.attend, "dropout", 0.0) or 0.0)
+    new = XTransformersAttend(core, causal=bool(module.causal), scale=scale, dropout=dropout)
     module.attend = new
     # x-transformers decodes one token against cached keys by calling the core with Lq = 1
     # and causal=False, which assumes the query sits after every key: true for softmax, not
