@@ -56,7 +56,7 @@ def load_agnews(path: str | PathLike[str]) -> ClassificationTexts:
     splits = {}
     for file in AGNEWS_FILES:
         splits[file] = read_agnews_csv(folder / file, None if names is None else len(names))
-    count = max(max(s.labels) for s in splits.values()) + 1  # type: ignore[type-var]
+    count = max(max(s.labels) for s in splits.values()) + 1
     if names is None:
         names = AGNEWS_CLASSES if count == 4 else tuple(str(i + 1) for i in range(int(count)))
     return ClassificationTexts(folder, splits["train.csv"], splits["test.csv"], names)

@@ -175,7 +175,7 @@ def read_glue_tsv(file: Path, spec: GlueTask) -> TextExamples:
             raise DataFormatError(f"{file}, line {rows.line_num}: {err}") from None
     if not texts:
         raise DataFormatError(f"{file} holds no examples")
-    return TextExamples(texts, labels, pairs if spec.pair is not None else None, str(file))  # type: ignore[arg-type]
+    return TextExamples(texts, labels, pairs if spec.pair is not None else None, str(file))
 
 
 def _columns(file: Path, spec: GlueTask, header: list[str] | None) -> list[str]:

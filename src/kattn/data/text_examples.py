@@ -47,7 +47,7 @@ class TextExamples:
         """The examples at ``index``, in that order."""
         return TextExamples(
             [self.texts[i] for i in index],
-            [self.labels[i] for i in index],  # type: ignore[misc]
+            [self.labels[i] for i in index],
             None if self.pairs is None else [self.pairs[i] for i in index],
             self.source,
         )

@@ -15,11 +15,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-#: metric name → function of (predictions, labels).
+#: the metrics :func:`task_metrics` knows.
 METRIC_NAMES = ("accuracy", "matthews", "f1", "pearson", "spearman")
+#: predictions, labels or scores: a sequence of numbers or a tensor of them.
+Series = Sequence[float] | Tensor
 
 
-def _as_f64(values: Sequence[float] | Tensor) -> Tensor:
+def _as_f64(values: Series) -> Tensor:
     return torch.as_tensor(values).detach().to(torch.float64).flatten().cpu()
 
 
@@ -31,14 +33,14 @@ def _check(pred: Tensor, labels: Tensor) -> None:
         )
 
 
-def accuracy(pred: Sequence[int] | Tensor, labels: Sequence[int] | Tensor) -> float:
+def accuracy(pred: Series, labels: Series) -> float:
     """The share of predictions equal to their label."""
     p, y = _as_f64(pred), _as_f64(labels)
     _check(p, y)
     return float((p == y).double().mean())
 
 
-def matthews_corrcoef(pred: Sequence[int] | Tensor, labels: Sequence[int] | Tensor) -> float:
+def matthews_corrcoef(pred: Series, labels: Series) -> float:
     """Matthews's correlation of class predictions with labels, for any number of classes
     (Gorodkin 2004): ``(c·s − Σ_k p_k t_k) / √((s² − Σ p_k²)(s² − Σ t_k²))`` with ``c``
     correct, ``s`` examples, ``p_k``/``t_k`` predicted/true counts of class ``k``; for two
@@ -55,9 +57,7 @@ def matthews_corrcoef(pred: Sequence[int] | Tensor, labels: Sequence[int] | Tens
     return numerator / math.sqrt(denominator) if denominator > 0 else 0.0
 
 
-def f1_score(
-    pred: Sequence[int] | Tensor, labels: Sequence[int] | Tensor, positive: int = 1
-) -> float:
+def f1_score(pred: Series, labels: Series, positive: int = 1) -> float:
     """F1 of class ``positive``: ``2·TP / (2·TP + FP + FN)`` (0 when there is no positive
     prediction nor label)."""
     p, y = _as_f64(pred), _as_f64(labels)
@@ -68,7 +68,7 @@ def f1_score(
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else 0.0
 
 
-def pearson(x: Sequence[float] | Tensor, y: Sequence[float] | Tensor) -> float:
+def pearson(x: Series, y: Series) -> float:
     """Pearson's correlation ``Σ(x−x̄)(y−ȳ) / √(Σ(x−x̄)² Σ(y−ȳ)²)`` (NaN when either series
     is constant)."""
     a, b = _as_f64(x), _as_f64(y)
@@ -78,7 +78,7 @@ def pearson(x: Sequence[float] | Tensor, y: Sequence[float] | Tensor) -> float:
     return float((a * b).sum()) / denominator if denominator > 0 else math.nan
 
 
-def average_ranks(values: Sequence[float] | Tensor) -> Tensor:
+def average_ranks(values: Series) -> Tensor:
     """The 1-based ranks of ``values``, tied values sharing the average of their ranks."""
     v = _as_f64(values)
     order = torch.argsort(v, stable=True)
@@ -91,7 +91,7 @@ def average_ranks(values: Sequence[float] | Tensor) -> Tensor:
     return (sums / counts)[groups]
 
 
-def spearman(x: Sequence[float] | Tensor, y: Sequence[float] | Tensor) -> float:
+def spearman(x: Series, y: Series) -> float:
     """Spearman's correlation: Pearson's of the average ranks (ties averaged)."""
     a, b = _as_f64(x), _as_f64(y)
     _check(a, b)
@@ -107,9 +107,7 @@ _FUNCTIONS = {
 }
 
 
-def task_metrics(
-    names: Sequence[str], pred: Sequence[float] | Tensor, labels: Sequence[float] | Tensor
-) -> dict[str, float]:
+def task_metrics(names: Sequence[str], pred: Series, labels: Series) -> dict[str, float]:
     """Each metric of ``names`` (of :data:`METRIC_NAMES`) of ``pred`` against ``labels``."""
     unknown = [n for n in names if n not in _FUNCTIONS]
     if unknown:
