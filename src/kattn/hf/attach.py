@@ -202,7 +202,10 @@ def _pre_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
     if isinstance(cache, EncoderDecoderCache):
         cache = cache.self_attention_cache
     module._kattn_cache = cache  # type: ignore[assignment]
+    # in training a forward goes through the mechanism's forward (its redraw schedule,
+    # dropout) and the keys stay in HF's cache; in eval a recurrent state replaces them
     recurrent = attn.supports_recurrent and getattr(module, "is_causal", False)
+    recurrent = recurrent and not module.training
     if cache is not None and recurrent and getattr(module, "layer_idx", None) is not None:
         prepare_layer(cache, module.layer_idx)
 

@@ -1,0 +1,100 @@
+"""Decoding with kattn.hf: cached greedy generation equals re-encoding, cached logits equal
+the full forward, recurrent mechanisms keep a constant-size state, padded prompts decode as
+unpadded ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ..helpers import assert_close
+from .tiny_models import inputs, make
+
+hf = pytest.importorskip("kattn.hf")
+
+DECODERS = ("gpt2", "llama")
+MECHANISMS = {
+    "softmax": {},
+    "performer": {"num_features": 16},
+    "nprf_rpe": {"rpe": "decay", "num_features": 16},
+    "gaussian": {},  # no recurrent form: HF's key/value cache, queries after cached keys
+}
+
+
+@pytest.mark.parametrize("family", DECODERS)
+@pytest.mark.parametrize("mechanism", list(MECHANISMS))
+def test_cached_greedy_equals_reencoding(family: str, mechanism: str) -> None:
+    model = hf.use(make(family).double(), mechanism, **MECHANISMS[mechanism])
+    prompt = inputs(family, batch=1, length=6)["input_ids"]
+    kwargs = {"max_new_tokens": 8, "do_sample": False, "pad_token_id": 0}
+    cached = model.generate(prompt, **kwargs)
+    reencoded = model.generate(prompt, use_cache=False, **kwargs)
+    assert cached.shape == (1, 14)
+    assert torch.equal(cached, reencoded)
+
+
+@pytest.mark.parametrize("mechanism", list(MECHANISMS))
+def test_cached_logits_equal_full_forward(mechanism: str) -> None:
+    """Prompt of 5 then one token at a time through the cache generate would make."""
+    from transformers import DynamicCache
+
+    model = hf.use(make("llama").double(), mechanism, **MECHANISMS[mechanism])
+    ids = inputs("llama", batch=2, length=9)["input_ids"]
+    with torch.no_grad():
+        full = model(ids).logits
+        cache = DynamicCache(config=model.config)
+        steps = [model(ids[:, :5], cache=cache).logits]
+        steps += [model(ids[:, t : t + 1], cache=cache).logits for t in range(5, 9)]
+    layer_type = type(cache.layers[0]).__name__
+    expected = "DynamicLayer" if mechanism == "gaussian" else "RecurrentLayer"
+    assert layer_type == expected
+    assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_recurrent_state_is_constant_in_size() -> None:
+    from kattn.hf import RecurrentCache
+
+    model = hf.use(make("gpt2"), "nprf_rpe", rpe="decay", num_features=16)
+    ids = inputs("gpt2", batch=1, length=40)["input_ids"]
+    cache = RecurrentCache()
+    sizes = []
+    with torch.no_grad():
+        model(ids[:, :4], cache=cache)
+        for t in range(4, 40):
+            model(ids[:, t : t + 1], cache=cache)
+            state = cache.layers[0].state
+            sizes.append(sum(x.numel() for x in state if isinstance(x, torch.Tensor)))
+    assert cache.get_seq_length() == 40
+    assert len(set(sizes)) == 1
+
+
+@pytest.mark.parametrize("mechanism", ["performer", "softmax"])
+def test_left_padded_batch_decodes_as_each_prompt_alone(mechanism: str) -> None:
+    model = hf.use(make("llama").double(), mechanism, **MECHANISMS[mechanism])
+    ids = inputs("llama", batch=2, length=7)["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # the first prompt is 4 tokens, left-padded
+    kwargs = {"max_new_tokens": 6, "do_sample": False, "pad_token_id": 0}
+    together = model.generate(ids, attention_mask=mask, **kwargs)
+    first = model.generate(ids[:1, 3:], **kwargs)
+    second = model.generate(ids[1:], **kwargs)
+    assert torch.equal(together[0, 7:], first[0, 4:])
+    assert torch.equal(together[1, 7:], second[0, 7:])
+
+
+def test_beam_search_and_several_returns() -> None:
+    """Beam search reorders the recurrent states, num_return_sequences repeats them."""
+    model = hf.use(make("llama").double(), "performer", num_features=16)
+    prompt = inputs("llama", batch=1, length=5)["input_ids"]
+    kwargs = {"max_new_tokens": 5, "num_beams": 3, "num_return_sequences": 2, "pad_token_id": 0}
+    cached = model.generate(prompt, do_sample=False, **kwargs)
+    reencoded = model.generate(prompt, do_sample=False, use_cache=False, **kwargs)
+    assert cached.shape == (2, 10)
+    assert torch.equal(cached, reencoded)
+
+
+def test_a_static_cache_is_refused() -> None:
+    model = hf.use(make("llama"), "performer")
+    prompt = inputs("llama", batch=1, length=5)["input_ids"]
+    with pytest.raises(NotImplementedError, match="static"):
+        model.generate(prompt, max_new_tokens=2, cache_implementation="static", pad_token_id=0)

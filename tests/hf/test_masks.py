@@ -1,0 +1,75 @@
+"""Masks of transformers as kattn's key padding, and what kattn.hf refuses."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from .tiny_models import inputs, make
+
+hf = pytest.importorskip("kattn.hf")
+
+
+def test_padding_mask_forms() -> None:
+    keep = torch.tensor([[True, True, False], [True, True, True]])
+    compact = keep[:, None, None, :]
+    expected = torch.tensor([[False, False, True], [False, False, False]])
+    assert torch.equal(hf.key_padding_mask(compact, batch=2, lq=3, lk=3, causal=False), expected)
+    additive = torch.where(compact, 0.0, torch.finfo(torch.float32).min)
+    assert torch.equal(hf.key_padding_mask(additive, batch=2, lq=3, lk=3, causal=True), expected)
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()[None, None] & compact
+    assert torch.equal(hf.key_padding_mask(causal, batch=2, lq=3, lk=3, causal=True), expected)
+    assert hf.key_padding_mask(None, batch=2, lq=3, lk=3, causal=True) is None
+    # the last keys of a longer mask: those a recurrent state has read are not passed again
+    left = torch.tensor([[False, True, True], [True, True, True]])[:, None, None, :]
+    assert hf.key_padding_mask(left, batch=2, lq=2, lk=2, causal=True) is None
+    assert torch.equal(
+        hf.key_padding_mask(compact, batch=2, lq=1, lk=1, causal=True), expected[:, -1:]
+    )
+
+
+def test_masks_that_are_not_causal_plus_padding_are_refused() -> None:
+    window = torch.ones(4, 4, dtype=torch.bool).tril() & torch.ones(4, 4, dtype=torch.bool).triu(-1)
+    with pytest.raises(NotImplementedError, match="not causal attention with padded keys"):
+        hf.key_padding_mask(window[None, None], batch=1, lq=4, lk=4, causal=True)
+    bias = torch.zeros(1, 1, 4, 4)
+    bias[..., 0] = -1.0
+    with pytest.raises(NotImplementedError, match="additive biases"):
+        hf.key_padding_mask(bias, batch=1, lq=4, lk=4, causal=False)
+
+
+def test_a_custom_4d_mask_reaches_the_check() -> None:
+    model = hf.use(make("llama"), "performer")
+    ids = inputs("llama", batch=1, length=6)["input_ids"]
+    block = torch.ones(1, 1, 6, 6, dtype=torch.bool)  # bidirectional in a causal model
+    with pytest.raises(NotImplementedError, match="not causal attention"):
+        model(ids, attention_mask=block)
+    causal = torch.ones(6, 6, dtype=torch.bool).tril()[None, None]
+    assert torch.equal(model(ids, attention_mask=causal).logits, model(ids).logits)
+
+
+def test_a_short_sliding_window_is_refused() -> None:
+    model = hf.use(make("mistral", sliding_window=4), "performer")
+    with pytest.raises(NotImplementedError, match="sliding"):
+        model(**inputs("mistral", length=8))
+
+
+def test_every_mechanism_is_an_implementation() -> None:
+    from transformers import AttentionInterface
+
+    import kattn
+
+    names = set(AttentionInterface().valid_keys())
+    assert {f"kattn:{n}" for n in kattn.available()} <= names
+    with pytest.raises(ValueError, match="mechanism must be one of"):
+        hf.use(make("llama"), "no_such_mechanism")
+
+
+def test_import_without_transformers_names_the_extra() -> None:
+    code = "import sys; sys.modules['transformers'] = None; import kattn.hf"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "pip install kattn[hf]" in result.stderr
