@@ -10,6 +10,7 @@ from typing import Any
 from ..train.checkpoint import json_text
 from ..train.config import TASKS, RunConfig
 from ..train.distributed import check_device, processes_from_env
+from ..train.finetune import adopt_start
 from ..train.loop import Interrupted, train
 from ..train.objectives import objective_class
 from ..train.presets import PRESETS
@@ -20,7 +21,7 @@ from ..train.validation import validate
 _CONFIG_FLAGS = (
     "config", "task", "data", "level", "attention", "attention_option", "preset", "set", "steps",
     "batch_size", "eval_every", "seed", "device", "block_size", "tokenizer", "src", "tgt",
-    "max_tokens",
+    "max_tokens", "from_run", "glue",
 )  # fmt: skip
 
 
@@ -47,7 +48,9 @@ def add_train_parsers(sub: Any) -> None:
         help="the task (default listops; lm: causal language model; mlm: masked language "
         "model, Luo et al. 2021 §4.1; translation: "
         "encoder-decoder, Luo et al. 2021 §4.3; image-classification: ViT/DeiT, §4.4; "
-        "image-generation: sub-pixel causal model, Appendix A.5)",
+        "image-generation: sub-pixel causal model, Appendix A.5; text-classification: a "
+        "classifier of texts trained from scratch; finetune: the same started from an mlm "
+        "run's encoder, --from RUN)",
     )
     p.add_argument(
         "--data",
@@ -59,7 +62,24 @@ def add_train_parsers(sub: Any) -> None:
         "fairseq prepares it (train.de, train.en, valid.*, test.*) or PREFIX of two aligned "
         "files PREFIX.<src> and PREFIX.<tgt>; for the image tasks cifar-10-batches-py, "
         "cifar-100-python, an ImageNet-style folder (train/<class>/..., val/<class>/...) or "
-        "the downsampled ImageNet files (train_data_batch_*, val_data; .npz or pickles)",
+        "the downsampled ImageNet files (train_data_batch_*, val_data; .npz or pickles); for "
+        "text-classification and finetune a folder in AG News's layout (train.csv, test.csv; "
+        "without --data: gettext messages labelled by program) or, with --glue, the GLUE "
+        "task's folder (or the folder holding it)",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_run",
+        metavar="RUN",
+        help="finetune: the folder of a kattn train --task mlm run whose encoder (best.pt, "
+        "else last.pt) starts the model; the encoder's shape, mechanism, tokenizer and "
+        "sequence length are that run's",
+    )
+    p.add_argument(
+        "--glue",
+        metavar="TASK",
+        help="text-classification, finetune: the GLUE task of --data (CoLA, SST-2, MRPC, "
+        "STS-B, QQP, MNLI, QNLI, RTE or WNLI); its dev set is reported",
     )
     p.add_argument("--src", help="translation: the source language (default de)")
     p.add_argument("--tgt", help="translation: the target language (default en)")
@@ -97,7 +117,8 @@ def add_train_parsers(sub: Any) -> None:
         "(default with --data: the IWSLT'14 model of Luo et al. 2021 §4.3) or small; for "
         "image-classification: luo-deit (default with --data: DeiT-base with NPRF and 2-D "
         "RPE, §4.4) or small; for image-generation: luo-imagenet32 (default with --data, "
-        "Appendix A.5) or small",
+        "Appendix A.5) or small; for text-classification: small; for finetune: small "
+        "(default), luo-bert-base (Luo et al. 2021, Table 5) or kl-glue (Table 6)",
     )
     p.add_argument(
         "--config",
@@ -163,6 +184,11 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
 def _config(args: argparse.Namespace) -> RunConfig:
     """The resolved config of the flags; notes the preset's options the mechanism drops."""
     config, dropped = resolve_config(train_options(args))
+    if args.glue:
+        config.data.glue = args.glue
+    if args.from_run:
+        config.model.init_from = str(Path(args.from_run))
+        adopt_start(config, _given_keys(args))
     if dropped and processes_from_env().is_main:
         print(
             f"kattn: note: {config.attention.name} does not take the attention option(s) "
@@ -170,6 +196,14 @@ def _config(args: argparse.Namespace) -> RunConfig:
             file=sys.stderr,
         )
     return config
+
+
+def _given_keys(args: argparse.Namespace) -> set[str]:
+    """The config keys the flags set (``attention.options.KEY`` for one option)."""
+    given = {item.partition("=")[0] for item in args.set or ()}
+    given |= {f"attention.options.{item.partition('=')[0]}" for item in args.attention_option or ()}
+    given |= {"attention.name"} if args.attention else set()
+    return given | ({"data.tokenizer"} if args.tokenizer else set())
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -24,7 +24,9 @@ from typing import Any
 CLASSIFICATION_TASKS = ("listops", "text", "retrieval", "image", "pathfinder")
 #: the image tasks (Luo et al. 2021, §4.4 and Appendix A.5).
 IMAGE_TASKS = ("image-classification", "image-generation")
-TASKS = (*CLASSIFICATION_TASKS, "lm", "mlm", "translation", *IMAGE_TASKS)
+#: the text tasks: a classifier trained from scratch, or fine-tuned from an ``mlm`` run.
+TEXT_TASKS = ("text-classification", "finetune")
+TASKS = (*CLASSIFICATION_TASKS, "lm", "mlm", "translation", *IMAGE_TASKS, *TEXT_TASKS)
 SCHEDULES = ("rsqrt", "cosine", "onecycle", "constant", "linear")
 AMP_DTYPES = ("bfloat16", "float16")
 #: tokens per block of task ``lm`` when ``data.block_size`` is not set.
@@ -42,7 +44,8 @@ class ModelConfig:
     decoder's. ``patch_size`` (default 4) and ``drop_path`` (DeiT's stochastic depth, rising
     linearly to it over the layers) are the image classifier's
     (:class:`kattn.nn.VisionTransformer`); the image tasks read ``pooling`` ``mean`` as global
-    average pooling."""
+    average pooling. ``init_from`` is the ``mlm`` run folder whose encoder starts the model of
+    task ``finetune`` (:mod:`kattn.train.finetune`; the encoder's fields are that run's)."""
 
     dim: int = 64
     num_layers: int = 2
@@ -60,6 +63,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     patch_size: int | None = None
     drop_path: float = 0.0
+    init_from: str | None = None
 
 
 @dataclass
@@ -102,6 +106,11 @@ class DataConfig:
     which ``mask_token_share`` read [MASK], ``random_token_share`` a random token and the
     rest themselves (BERT's 0.15 and 80/10/10).
 
+    Tasks ``text-classification`` and ``finetune`` read AG News's CSV layout (``path``; None:
+    the embedded set of gettext messages labelled by program), or with ``glue`` the GLUE
+    task of that name from ``path`` (:mod:`kattn.data.glue`), as ``[CLS] a [SEP] (b [SEP])``
+    sequences of ``max_len`` tokens (default :data:`MLM_MAX_LEN`; ``finetune``: the run's).
+
     Task ``translation`` reads ``src``→``tgt`` pairs (default de→en; ``path``: an IWSLT'14
     folder as fairseq prepares it, or ``PREFIX`` of two aligned files ``PREFIX.src`` and
     ``PREFIX.tgt``; None: the embedded gettext corpus), a joint BPE of ``bpe_size`` ids
@@ -143,6 +152,7 @@ class DataConfig:
     mask_token_share: float = 0.8
     random_token_share: float = 0.1
     whole_word_mask: bool = False
+    glue: str | None = None
 
 
 @dataclass

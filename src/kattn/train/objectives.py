@@ -13,7 +13,10 @@ blocks of a corpus; best = lowest loss), :class:`~kattn.train.mlm.MaskedLanguage
 (sentence pairs; best = lowest loss, BLEU at the end) and the image tasks
 (:class:`~kattn.train.image_classification.ImageClassification`, best = highest accuracy,
 top-5 at the end; :class:`~kattn.train.image_generation.ImageGeneration`, best = lowest
-bits/dim, samples at the end).
+bits/dim, samples at the end) and the text tasks
+(:class:`~kattn.train.finetune.TextClassification` from scratch,
+:class:`~kattn.train.finetune.FineTuning` from an ``mlm`` run; best = highest accuracy, GLUE's
+official metrics at the end).
 :data:`OBJECTIVES` is the one place that chooses the objective of a task.
 
 Summed statistics are ``[loss_sum, correct, count]`` (count: examples or target tokens), so
@@ -34,6 +37,7 @@ from ..data import DataFormatError, LMData, TaskData, Tokenizer, unigram_bits_pe
 from .batches import key_mask, majority_baseline, make_batch
 from .config import CLASSIFICATION_TASKS, RunConfig
 from .field_checks import refuse_image_fields, refuse_translation_fields
+from .finetune import FineTuning, TextClassification
 from .image_classification import ImageClassification
 from .image_generation import ImageGeneration
 from .mlm import MaskedLanguageModelling
@@ -267,6 +271,8 @@ OBJECTIVES: dict[str, type[Objective[Any]]] = {
     "translation": Translation,
     "image-classification": ImageClassification,
     "image-generation": ImageGeneration,
+    "text-classification": TextClassification,
+    "finetune": FineTuning,
 }
 
 

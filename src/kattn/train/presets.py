@@ -275,3 +275,50 @@ PRESETS["kl-glue"] = {
         "optim.weight_decay": 0.01, "optim.grad_clip_value": None,
     },
 }  # fmt: skip
+
+# Minutes on a CPU (tasks text-classification and finetune, the embedded gettext set): the
+# encoder of the small mlm preset (2 layers, width 128, sequences of 128) with RoBERTa's head
+# on [CLS] and dropout 0.1, 1,000 steps of 32 (about five epochs of the embedded set), linear
+# warm-up and decay. From scratch at the small mlm preset's rate; fine-tuned at a tenth of it
+# with Adam's β₂ 0.98 (Luo et al. 2021, Table 5). Fine-tuning takes the encoder's fields from
+# the pre-trained run (kattn.train.finetune.ENCODER_FIELDS), so its presets set none of them.
+_TEXT_SMALL: dict[str, Any] = {
+    "model.dropout": 0.1, "model.attention_dropout": 0.0, "model.pooling": "cls",
+    "train.batch_size": 32, "train.steps": 1000, "train.eval_every": 200,
+    "optim.schedule": "linear", "optim.warmup_steps": 60, "optim.eps": 1e-6,
+    "optim.weight_decay": 0.01, "optim.grad_clip_value": None, "optim.grad_clip_norm": 1.0,
+}  # fmt: skip
+PRESETS["small"]["text-classification"] = {
+    **_TEXT_SMALL, "model.dim": 128, "model.num_layers": 2, "model.num_heads": 4,
+    "model.ffn_dim": 512, "data.max_len": 128, "optim.lr": 1e-3,
+}  # fmt: skip
+PRESETS["small"]["finetune"] = {**_TEXT_SMALL, "optim.lr": 1e-4, "optim.beta2": 0.98}
+
+# Luo et al. 2021, Appendix A.1, Table 5 (fine-tuning column): Adam (0.9, 0.98) eps 1e-6,
+# linear decay after a warm-up of 6 % of the steps, batch 32 (of their 16 or 32), dropout 0.1,
+# weight decay 0.01, gradient norm clipped to 1.0, sequences of 512 (the pre-trained run's),
+# 10 epochs (5 for MNLI, QQP and QNLI). The learning rate is 2e-5, the middle of their grid
+# {5e-6, 1e-5, 2e-5, 3e-5, 4e-5} (they report the best of the grid, each the median of five
+# seeds). The steps are 10 epochs of RTE (2,241 examples once a tenth is held out: 71 batches);
+# for another task set --steps to epochs · ⌈examples / 32⌉ and optim.warmup_steps to 6 % of it.
+PRESETS["luo-bert-base"]["finetune"] = {
+    "model.dropout": 0.1, "model.attention_dropout": 0.1, "model.pooling": "cls",
+    "train.batch_size": 32, "train.steps": 710, "train.eval_every": 71, "optim.lr": 2e-5,
+    "optim.schedule": "linear", "optim.warmup_steps": 43, "optim.beta2": 0.98,
+    "optim.eps": 1e-6, "optim.weight_decay": 0.01, "optim.grad_clip_value": None,
+    "optim.grad_clip_norm": 1.0,
+}  # fmt: skip
+
+# The KL-Transformer's GLUE fine-tuning (Chowdhury et al., Appendix B.3, Table 6): batch 64,
+# 10 epochs, AdamW (0.9, 0.999) with weight decay 0.01, dropout 0.1, the rate rising linearly
+# over the first tenth of the steps and decaying linearly to 0 (their min(10i/I, (I − i)/(0.9 I))),
+# a classifier of width 128 with tanh on the CLS output. The rate is 1e-4 of their grid {2e-3,
+# 1e-4, 5e-4, 2e-5, 5e-6}; eps (PyTorch's 1e-8) and clipping (none) are not given there. The
+# steps are 10 epochs of RTE (2,241 examples once a tenth is held out: 36 batches of 64).
+PRESETS["kl-glue"]["finetune"] = {
+    "model.dropout": 0.1, "model.attention_dropout": 0.1, "model.pooling": "cls",
+    "model.head_hidden": 128, "train.batch_size": 64, "train.steps": 360,
+    "train.eval_every": 36, "optim.lr": 1e-4, "optim.schedule": "linear",
+    "optim.warmup_steps": 36, "optim.beta2": 0.999, "optim.eps": 1e-8,
+    "optim.weight_decay": 0.01, "optim.grad_clip_value": None,
+}  # fmt: skip

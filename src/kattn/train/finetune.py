@@ -1,0 +1,332 @@
+"""Tasks ``text-classification`` and ``finetune``: a
+:class:`~kattn.nn.text_classifier.TextClassifier` over ``[CLS] a [SEP] (b [SEP])`` sequences
+(:mod:`kattn.train.finetune_data`), trained from scratch or started from the encoder of an
+``mlm`` run (``model.init_from``).
+
+Both build the encoder of :func:`~kattn.train.mlm.build_masked_lm` with RoBERTa's head on the
+[CLS] output, so a fine-tuned and a from-scratch run differ only in where the encoder starts.
+The loss is the cross-entropy (the mean squared error for STS-B's scores); the best
+checkpoint has the highest validation accuracy (the lowest validation loss for regression).
+At the end the best model's predictions give the task's official metrics
+(:mod:`kattn.train.glue_metrics`) on valid and test (MNLI: also mismatched), beside those of
+the majority (for regression: mean) baseline.
+
+A fine-tuned model's encoder fields are its pre-trained run's (:data:`ENCODER_FIELDS`):
+:func:`adopt_start` copies them into a config, and a config whose fields differ is refused.
+Other kinds of start (a Hugging Face checkpoint) go beside :func:`start_encoder_state`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data import Tokenizer, load_tokenizer
+from ..data.mlm_vocab import mlm_vocab
+from ..nn.text_classifier import TextClassifier
+from .checkpoint import BEST, LAST, load_checkpoint
+from .config import DataConfig, RunConfig, load_config
+from .field_checks import refuse_image_fields, refuse_translation_fields
+from .finetune_data import TextTaskData, load_text_task
+from .glue_metrics import accuracy, baseline_predictions, task_metrics
+from .mlm import build_masked_lm
+from .mlm_data import mlm_max_len
+from .objective_base import Objective, shuffled_index
+from .tasks import run_tokenizer
+
+#: the fields that shape a pre-trained encoder: a fine-tuned model takes them from its run.
+ENCODER_FIELDS = ("model.dim", "model.num_layers", "model.num_heads", "model.ffn_dim",
+                  "model.positions", "model.norm_first", "model.block_skip", "model.out_proj",
+                  "attention.name", "attention.options", "data.tokenizer",
+                  "data.max_len")  # fmt: skip
+#: the data fields of task mlm's masking, which the text tasks do not read.
+_MASKING_FIELDS = ("mask_prob", "mask_token_share", "random_token_share", "whole_word_mask")
+
+
+class TextClassification(Objective[TextTaskData]):
+    """A text classifier (or regressor) trained from scratch; see the module docstring."""
+
+    task = "text-classification"
+    count_key = "examples"
+    embedded_data = "the embedded set of gettext messages by program"
+    unit = "examples"
+    paper_preset = "small"
+    summary_keys = ("task", "mechanism", "steps", "test_metrics", "baseline_test_metrics",
+                    "best_valid_accuracy", "best_valid_loss", "wall_time_s",
+                    "steps_per_s")  # fmt: skip
+
+    @staticmethod
+    def check_data_fields(config: RunConfig) -> None:
+        refuse_translation_fields(config)
+        refuse_image_fields(config)
+        data, default = config.data, DataConfig()
+        for key in ("block_size", "truncate"):
+            if getattr(data, key) is not None:
+                raise ValueError(f"data.{key} is not used by task {data.task}: set data.max_len")
+        for key in _MASKING_FIELDS:
+            if getattr(data, key) != getattr(default, key):
+                raise ValueError(f"data.{key} is for task mlm, not {data.task}")
+        if config.data.task == "text-classification" and config.model.init_from is not None:
+            raise ValueError(
+                "model.init_from is for task finetune; task text-classification trains from scratch"
+            )
+
+    def __init__(self, config: RunConfig, data: TextTaskData) -> None:
+        super().__init__(config, data)
+        self.task = config.data.task
+        self.metric_names = data.metrics
+        if data.regression:
+            self.best_metric, self.higher_is_better = "loss", False
+            self.shown: tuple[str, ...] = ("loss", "steps_per_s")
+        else:
+            self.best_metric, self.higher_is_better = "accuracy", True
+            self.shown = ("loss", "accuracy", "steps_per_s")
+
+    @classmethod
+    def tokenizer(cls, config: RunConfig, run_dir: Path | None) -> Tokenizer:
+        """The run folder's copy of the tokenizer, else the one ``data.tokenizer`` names."""
+        if run_dir is not None:
+            return run_tokenizer(run_dir, config)
+        return load_tokenizer(config.data.tokenizer)
+
+    @classmethod
+    def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> TextTaskData:
+        tokenizer = cls.tokenizer(config, run_dir)
+        return load_text_task(config, tokenizer, mlm_vocab(tokenizer), mlm_max_len(config))
+
+    @classmethod
+    def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
+        """The classifier, sized by the task's data (read again) and the run's tokenizer."""
+        data = cls.load_data(config, run_dir)
+        return text_classifier(config, data), None
+
+    def build_model(self, config: RunConfig) -> nn.Module:
+        return text_classifier(config, self.data)
+
+    def write_run_files(self, run_dir: Path) -> None:
+        """The tokenizer's file: the run folder alone gives the model."""
+        self.data.tokenizer.save(run_dir)
+
+    def size(self, split: str) -> int:
+        return len(self.data.splits[split])
+
+    def eval_index(self, split: str, limit: int | None, seed: int) -> Tensor:
+        return shuffled_index(self.size(split), limit, seed)
+
+    def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
+        """Rows ``index`` of ``split``, cut after the longest one (padding never counts)."""
+        rows = self.data.splits[split]
+        lengths = rows.lengths[index]
+        tokens = rows.tokens[index, : int(lengths.max())].long()
+        batch = {"tokens": tokens, "labels": rows.labels[index]}
+        padding = torch.arange(tokens.shape[1])[None, :] >= lengths[:, None]
+        if padding.any():  # decided on the CPU: no device sync in the forward
+            batch["padding"] = padding
+        return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+    def forward(self, net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        return net(batch["tokens"], batch.get("padding"))
+
+    def loss(self, logits: Tensor, batch: dict[str, Tensor], reduction: str = "mean") -> Tensor:
+        if self.data.regression:
+            return F.mse_loss(logits.float()[:, 0], batch["labels"].float(), reduction=reduction)
+        return F.cross_entropy(logits.float(), batch["labels"], reduction=reduction)
+
+    def counts(self, logits: Tensor, batch: dict[str, Tensor]) -> tuple[int, int]:
+        labels = batch["labels"]
+        if self.data.regression:
+            return 0, len(labels)
+        return int((logits.argmax(-1) == labels).sum().item()), len(labels)
+
+    def metrics(self, sums: list[float], split: str) -> dict[str, float]:
+        loss, correct, n = sums
+        values = {"loss": loss / max(n, 1), "examples": int(n)}
+        if not self.data.regression:
+            values["accuracy"] = correct / max(n, 1)
+        return values
+
+    def predictions(self, model: nn.Module, split: str, device: torch.device) -> Tensor:
+        """The best model's predicted classes (or scores) on every example of ``split``."""
+        model.eval()
+        out = []
+        with torch.no_grad():
+            for chunk in torch.arange(self.size(split)).split(256):
+                logits = self.forward(model, self.batch(split, chunk, device)).float().cpu()
+                out.append(logits[:, 0] if self.data.regression else logits.argmax(-1))
+        return torch.cat(out)
+
+    def final_results(self, model: nn.Module, device: torch.device) -> dict[str, Any]:
+        """The official metrics of the best model and of the baseline on every evaluated
+        split."""
+        train_labels = self.data.splits["train"].labels
+        results: dict[str, Any] = {"metric_names": list(self.metric_names)}
+        for split, rows in self.data.splits.items():
+            if split == "train":
+                continue
+            pred = self.predictions(model, split, device)
+            base = baseline_predictions(train_labels, len(rows), self.data.regression)
+            results[f"{split}_metrics"] = task_metrics(self.metric_names, pred, rows.labels)
+            results[f"baseline_{split}_metrics"] = task_metrics(
+                self.metric_names, base, rows.labels
+            )
+        return results
+
+    def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
+        regression = self.data.regression
+        return {
+            "test_loss": test["loss"],
+            "test_accuracy": None if regression else test["accuracy"],
+            "test_examples": test["examples"],
+            "best_valid_loss": None if best is None else best["loss"],
+            "best_valid_accuracy": None if best is None or regression else best["accuracy"],
+            "majority_baseline": None if regression else self._majority_baseline(),
+            "init_from": None,
+            "data": self.data.info,
+        }
+
+    def _majority_baseline(self) -> float:
+        """Test accuracy of always answering the most frequent training class."""
+        train, test = self.data.splits["train"].labels, self.data.splits["test"].labels
+        return accuracy(baseline_predictions(train, len(test), regression=False), test)
+
+    def summary(self, results: dict[str, Any]) -> str:
+        head = self.metric_names[0]
+        test = results.get("test_metrics", {}).get(head)
+        base = results.get("baseline_test_metrics", {}).get(head)
+        shown, baseline = (
+            "none" if v is None or not math.isfinite(v) else f"{v:.4f}" for v in (test, base)
+        )
+        return (
+            f"test {head} {shown} (best checkpoint at step {results['best_step']}); "
+            f"{'mean' if self.data.regression else 'majority'} baseline {baseline}"
+        )
+
+
+class FineTuning(TextClassification):
+    """:class:`TextClassification` whose encoder starts from an ``mlm`` run
+    (``model.init_from``)."""
+
+    task = "finetune"
+
+    @staticmethod
+    def has_embedded_data(task: str) -> bool:
+        return True
+
+    @staticmethod
+    def check_data_fields(config: RunConfig) -> None:
+        TextClassification.check_data_fields(config)
+        check_start(config)
+
+    @classmethod
+    def tokenizer(cls, config: RunConfig, run_dir: Path | None) -> Tokenizer:
+        """The run folder's copy of the tokenizer, else the pre-trained run's."""
+        start = Path(config.model.init_from or "")
+        return run_tokenizer(run_dir if run_dir is not None else start, config)
+
+    def build_model(self, config: RunConfig) -> nn.Module:
+        model = text_classifier(config, self.data)
+        model.encoder.load_state_dict(start_encoder_state(start_checkpoint(self.init_from)))
+        return model
+
+    def __init__(self, config: RunConfig, data: TextTaskData) -> None:
+        super().__init__(config, data)
+        self.init_from = config.model.init_from or ""
+
+    def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
+        start = start_checkpoint(self.init_from)
+        return {**super().results(test, best), "init_from": str(start)}
+
+
+def text_classifier(config: RunConfig, data: TextTaskData) -> TextClassifier:
+    """The classifier of ``config.model`` (the encoder of task mlm's model) over ``data``."""
+    encoder = build_masked_lm(config, data.vocab.vocab_size).encoder
+    m = config.model
+    return TextClassifier(
+        encoder, data.outputs, hidden=m.head_hidden, dropout=m.dropout, pooling=m.pooling
+    )
+
+
+def start_checkpoint(run_dir: str | Path) -> Path:
+    """The checkpoint of an ``mlm`` run that fine-tuning starts from: ``best.pt``, else
+    ``last.pt``."""
+    run = Path(run_dir)
+    for name in (BEST, LAST):
+        if (run / name).is_file():
+            return run / name
+    raise FileNotFoundError(f"{run} holds no checkpoint ({BEST} or {LAST}) to fine-tune from")
+
+
+def start_encoder_state(checkpoint: Path) -> dict[str, Tensor]:
+    """The encoder's weights in an ``mlm`` run's ``checkpoint``."""
+    state = load_checkpoint(checkpoint, keys=("model",))["model"]
+    prefix = "encoder."
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def start_config(config: RunConfig) -> RunConfig:
+    """The config of the ``mlm`` run ``model.init_from`` names.
+
+    Raises:
+        ValueError: no start is given, or it is not a run folder of task mlm.
+    """
+    start = config.model.init_from
+    if start is None:
+        raise ValueError(
+            "task finetune needs a pre-trained run: give --from RUN (model.init_from), the "
+            "folder of a kattn train --task mlm run"
+        )
+    run = Path(start)
+    if not (run / "config.json").is_file():
+        raise ValueError(f"model.init_from={start!r} is not a run folder (no config.json)")
+    saved = load_config(run / "config.json")
+    if saved.data.task != "mlm":
+        raise ValueError(
+            f"model.init_from={start!r} is a run of task {saved.data.task}; fine-tuning starts "
+            f"from a run of task mlm"
+        )
+    return saved
+
+
+def _value(config: RunConfig, key: str) -> Any:
+    section, name = key.split(".")
+    if key == "data.max_len":
+        return mlm_max_len(config)
+    return getattr(getattr(config, section), name)
+
+
+def check_start(config: RunConfig) -> None:
+    """``ValueError`` listing the encoder fields of ``config`` that differ from its
+    pre-trained run's (:data:`ENCODER_FIELDS`)."""
+    saved = start_config(config)
+    differ = [
+        f"{key} is {_value(config, key)!r} here and {_value(saved, key)!r} in the run"
+        for key in ENCODER_FIELDS
+        if _value(config, key) != _value(saved, key)
+    ]
+    if differ:
+        raise ValueError(
+            f"the model differs from the pre-trained run {config.model.init_from}: "
+            f"{'; '.join(differ)}. Fine-tuning keeps the encoder's shape and mechanism: leave "
+            f"these fields out (kattn train --from takes them from the run)"
+        )
+
+
+def adopt_start(config: RunConfig, given: set[str]) -> RunConfig:
+    """``config`` with the encoder fields of its pre-trained run, except those in ``given``
+    (dotted keys the user set, ``attention.options.KEY`` for one option); then checked."""
+    saved = start_config(config)
+    for key in ENCODER_FIELDS:
+        section, name = key.split(".")
+        if key == "attention.options":
+            own = {k: v for k, v in config.attention.options.items()
+                   if f"attention.options.{k}" in given}  # fmt: skip
+            config.attention.options = {**saved.attention.options, **own}
+        elif key not in given:
+            setattr(getattr(config, section), name, getattr(getattr(saved, section), name))
+    check_start(config)
+    return config
