@@ -115,6 +115,10 @@ def test_evaluation_masks_are_the_same_in_every_run(corpus_file, tmp_path):
     again = evaluate_run(tmp_path / "a", "test", device="cpu")
     assert again["loss"] == pytest.approx(a["test_loss"], rel=1e-6)
     assert again["masked_tokens"] == a["test_masked_tokens"]
+    torch.manual_seed(1)  # the training split read again has fixed masks too
+    first = evaluate_run(tmp_path / "a", "train", device="cpu")
+    torch.manual_seed(2)
+    assert evaluate_run(tmp_path / "a", "train", device="cpu") == first
 
 
 def test_interrupt_and_resume_ends_with_the_same_numbers(corpus_file, tmp_path):

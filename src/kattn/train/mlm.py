@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data import LMData, Tokenizer
-from ..data.masking import IGNORE_INDEX, mask_tokens
+from ..data.masking import IGNORE_INDEX, MaskedTokens, mask_tokens
 from ..data.mlm_vocab import MLMVocab, mlm_vocab
 from ..nn.masked_lm import MaskedLM
 from .config import RunConfig, load_config
@@ -131,11 +131,7 @@ class MaskedLanguageModelling(Objective[MLMCorpus]):
         self.rows = {
             s: pack_sequences(self.corpus.split(s), self.vocab, self.max_len) for s in SPLITS
         }
-        self.fixed = {
-            split: fixed_masks(self.rows[split], self.vocab, self.masking, i)
-            for i, split in enumerate(SPLITS)
-            if split != "train"
-        }
+        self.fixed = {s: self._fixed_masks(s) for s in SPLITS if s != "train"}
 
     @classmethod
     def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> MLMCorpus:
@@ -165,16 +161,19 @@ class MaskedLanguageModelling(Objective[MLMCorpus]):
 
     def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
         """Inputs, padding and targets of rows ``index``: training rows masked afresh (from a
-        generator seeded by torch's random state, which the loop seeds per step), evaluation
-        rows with their split's fixed masks."""
+        generator seeded by torch's random state, which the loop seeds per step), rows of an
+        evaluation (no gradient: valid, test, or train read again) with their split's fixed
+        masks."""
         rows = self.rows[split][index].long()
-        if split == "train":
+        if split == "train" and torch.is_grad_enabled():
             seed = int(torch.randint(2**62, (1,)).item())
             masked = mask_tokens(
                 rows, self.vocab, torch.Generator().manual_seed(seed), self.masking
             )
             inputs, labels = masked.inputs, masked.labels
         else:
+            if split not in self.fixed:  # the training split, evaluated: masked once
+                self.fixed[split] = self._fixed_masks(split)
             inputs, labels = self.fixed[split].inputs[index].long(), self.fixed[split].labels[index]
         chosen = labels != IGNORE_INDEX
         batch = {
@@ -186,6 +185,9 @@ class MaskedLanguageModelling(Objective[MLMCorpus]):
         if padding.any():  # decided on the CPU: no device sync in the forward
             batch["padding"] = padding.to(device, non_blocking=True)
         return batch
+
+    def _fixed_masks(self, split: str) -> MaskedTokens:
+        return fixed_masks(self.rows[split], self.vocab, self.masking, SPLITS.index(split))
 
     def forward(self, net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
         """Logits ``(N, V)`` at the batch's N masked positions (row-major)."""
