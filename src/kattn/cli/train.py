@@ -35,12 +35,15 @@ def add_train_parsers(sub: Any) -> None:
         description="Train a classifier on a Long Range Arena task, a causal language model "
         "(--task lm), a masked language model (--task mlm, BERT's pre-training), an "
         "encoder-decoder translation model (--task translation), a Vision "
-        "Transformer (--task image-classification) or a pixel-level image generator (--task "
-        "image-generation), with any mechanism. Without --data, ListOps trains on a small "
+        "Transformer (--task image-classification), a pixel-level image generator (--task "
+        "image-generation) or a text classifier (--task text-classification, or --task "
+        "finetune from an mlm run), with any mechanism. Without --data, ListOps trains on a small "
         "generated set, lm on this Python's standard-library sources, translation on the "
         "message catalogues installed on this machine with their human translations and the "
         "image tasks on generated 32x32 shapes (the embedded defaults); mlm reads the same "
-        "standard-library sources as lm.",
+        "standard-library sources as lm; text-classification and finetune (--from an mlm run) "
+        "classify messages of this machine's gettext catalogues by the program they come "
+        "from.",
     )
     p.add_argument(
         "--task",
