@@ -10,12 +10,11 @@ the call's cache to the attention function (see :mod:`kattn.hf.cache`).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 import warnings
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -34,13 +33,17 @@ CONFIG_KEY = "kattn"
 _DISPATCH = "ALL_ATTENTION_FUNCTIONS.get_interface("
 
 
-@functools.cache
-def _dispatches(cls: type) -> bool:
+_DISPATCHING: dict[type, bool] = {}
+
+
+def _dispatches(cls: Any) -> bool:
     """Whether ``cls.forward`` picks its attention function from ``AttentionInterface``."""
-    try:
-        return _DISPATCH in inspect.getsource(inspect.unwrap(cls.forward))
-    except (OSError, TypeError):
-        return False
+    if cls not in _DISPATCHING:
+        try:
+            _DISPATCHING[cls] = _DISPATCH in inspect.getsource(inspect.unwrap(cls.forward))
+        except (OSError, TypeError):
+            _DISPATCHING[cls] = False
+    return _DISPATCHING[cls]
 
 
 def is_attention_module(module: nn.Module) -> bool:
@@ -54,7 +57,7 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if is_attention_module(m)]
 
 
-def layer_sizes(module: nn.Module) -> tuple[int, int, int | None]:
+def layer_sizes(module: Any) -> tuple[int, int, int | None]:
     """``(num_heads, head_dim, max_len)`` of an attention module: its query heads, its head
     dimension and the config's ``max_position_embeddings`` (None if the config has none)."""
     config = module.config
@@ -117,25 +120,25 @@ def _softmax_scale(attn: Attention, head_dim: int) -> bool:
     """Whether ``attn`` scales ``q·k`` by softmax's default ``1/√D`` (``scale`` None means it)."""
     if not hasattr(attn, "scale"):
         return False
-    scale = attn.scale
+    scale: Any = cast(Any, attn).scale
     return scale is None or math.isclose(float(scale), head_dim**-0.5, rel_tol=1e-9)
 
 
-def attach(module: nn.Module, mechanism: str, options: dict[str, Any], **kwargs: Any) -> Attention:
+def attach(module: Any, mechanism: str, options: dict[str, Any], **kwargs: Any) -> Attention:
     """Build ``module``'s kattn module (:func:`build_for`), set it as ``module.kattn`` and
     install the pre-hook; returns it. Built on the meta device (a model that transformers is
     about to load), it is :func:`complete` d at the first forward, if not before."""
     attn = build_for(module, mechanism, options, **kwargs).train(module.training)
     store_extra_state_as_tensors(attn)
     setattr(module, ATTRIBUTE, attn)
-    module._kattn_mechanism = mechanism  # type: ignore[assignment]
-    module._kattn_options = dict(options)  # type: ignore[assignment]
-    module._kattn_pending = any(t.is_meta for t in _tensors(attn))  # type: ignore[assignment]
+    module._kattn_mechanism = mechanism
+    module._kattn_options = dict(options)
+    module._kattn_pending = any(t.is_meta for t in _tensors(attn))
     install_hooks(module)
     return attn
 
 
-def complete(module: nn.Module) -> None:
+def complete(module: Any) -> None:
     """Initialise what loading did not fill in ``module``'s kattn module, built on the meta
     device: the tensors transformers did not mark as loaded (``_is_hf_initialized``: those a
     checkpoint without kattn lacks, and non-persistent buffers) get the values of a freshly
@@ -143,7 +146,7 @@ def complete(module: nn.Module) -> None:
     if not getattr(module, "_kattn_pending", False):
         return
     old = getattr(module, ATTRIBUTE)
-    fresh = build_for(module, module._kattn_mechanism, module._kattn_options)  # type: ignore[arg-type]
+    fresh = build_for(module, module._kattn_mechanism, module._kattn_options)
     if any(t.is_meta for t in _tensors(old)):  # never loaded: nothing to keep
         store_extra_state_as_tensors(fresh)
         setattr(module, ATTRIBUTE, fresh.train(module.training))
@@ -153,7 +156,7 @@ def complete(module: nn.Module) -> None:
             for name, tensor in _named_tensors(old):
                 if not getattr(tensor, "_is_hf_initialized", False):
                     tensor.copy_(new[name])
-    module._kattn_pending = False  # type: ignore[assignment]
+    module._kattn_pending = False
 
 
 def _named_tensors(module: nn.Module) -> list[tuple[str, Tensor]]:
@@ -164,7 +167,7 @@ def _tensors(module: nn.Module) -> list[Tensor]:
     return [t for _, t in _named_tensors(module)]
 
 
-def module_attention(module: nn.Module) -> Attention:
+def module_attention(module: Any) -> Attention:
     """The kattn module of attention module ``module`` for the model's implementation,
     built now (with the options ``module.config`` records) if it has none yet."""
     mechanism = mechanism_of(module.config._attn_implementation)
@@ -185,23 +188,23 @@ def module_attention(module: nn.Module) -> Attention:
     return getattr(module, ATTRIBUTE)
 
 
-def install_hooks(module: nn.Module) -> None:
+def install_hooks(module: Any) -> None:
     """The forward pre-hook and hook that give the attention function the call's cache."""
     if getattr(module, "_kattn_hooked", False):
         return
     module.register_forward_pre_hook(_pre_forward, with_kwargs=True)
     module.register_forward_hook(_post_forward)
-    module._kattn_hooked = True  # type: ignore[assignment]
+    module._kattn_hooked = True
 
 
-def _pre_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _pre_forward(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     if mechanism_of(module.config._attn_implementation) is None:
         return
     attn = module_attention(module)
     cache = kwargs.get("cache", kwargs.get("past_key_values"))
     if isinstance(cache, EncoderDecoderCache):
         cache = cache.self_attention_cache
-    module._kattn_cache = cache  # type: ignore[assignment]
+    module._kattn_cache = cache
     # in training a forward goes through the mechanism's forward (its redraw schedule,
     # dropout) and the keys stay in HF's cache; in eval a recurrent state replaces them
     recurrent = attn.supports_recurrent and getattr(module, "is_causal", False)
@@ -210,8 +213,8 @@ def _pre_forward(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any
         prepare_layer(cache, module.layer_idx)
 
 
-def _post_forward(module: nn.Module, args: Any, output: Any) -> None:
-    module._kattn_cache = None  # type: ignore[assignment]
+def _post_forward(module: Any, args: Any, output: Any) -> None:
+    module._kattn_cache = None
 
 
 #: ``(mechanism, options)`` that :func:`on_register` builds with instead of those the config

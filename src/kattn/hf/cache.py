@@ -136,8 +136,8 @@ class RecurrentLayer(CacheLayerMixin):
                 keep = keep[~padding[b]]
             if keep.numel() == 0:
                 continue
-            rows = (x[b : b + 1, :, keep] for x in (q, k, v))
-            out_b, self.state[b] = _read(attn, *rows, self.state[b])
+            qb, kb, vb = (x[b : b + 1, :, keep] for x in (q, k, v))
+            out_b, self.state[b] = _read(attn, qb, kb, vb, self.state[b])
             out[b : b + 1, :, keep] = out_b.to(out.dtype)
         return out
 
@@ -153,7 +153,11 @@ def _split(state: Any, batch: int) -> list[Any]:
     """One state per sequence (None for each when nothing was read yet)."""
     if state is None:
         return [None] * batch
-    return [_map(state, lambda x, b=b: x[b : b + 1].clone()) for b in range(batch)]
+    return [_map(state, _row(b)) for b in range(batch)]
+
+
+def _row(b: int) -> Callable[[Tensor], Tensor]:
+    return lambda x: x[b : b + 1].clone()
 
 
 def _map(state: Any, fn: Callable[[Tensor], Tensor]) -> Any:

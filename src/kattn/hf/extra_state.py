@@ -36,7 +36,7 @@ def store_extra_state_as_tensors(module: nn.Module) -> None:
             continue
         get, put = type(sub).get_extra_state, type(sub).set_extra_state
         sub.get_extra_state = _getter(sub, get)  # type: ignore[method-assign]
-        sub.set_extra_state = _setter(sub, put)  # type: ignore[method-assign]
+        sub.set_extra_state = _setter(sub, put)  # type: ignore[method-assign, assignment]
         sub._kattn_tensor_extra_state = True  # type: ignore[assignment]
 
 

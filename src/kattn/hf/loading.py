@@ -102,7 +102,7 @@ def from_pretrained(
 def _record(model: nn.Module, modules: list[nn.Module], mechanism: str, options: dict) -> None:
     """``config.kattn`` on the model's config and every config its attention modules read."""
     record = {"mechanism": mechanism, "options": dict(options)}
-    configs = {id(c): c for c in [model.config, *(m.config for m in modules)]}  # type: ignore[union-attr]
+    configs = {id(c): c for c in [model.config, *(m.config for m in modules)]}
     for config in configs.values():
         setattr(config, CONFIG_KEY, record)
 
