@@ -195,3 +195,16 @@ def test_triton_without_triton_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
         attn(*_inputs(dtype=torch.float32))
     auto = kattn.build("linear", head_dim=D, num_heads=H)
     assert torch.isfinite(auto(*_inputs(dtype=torch.float32))).all()
+
+
+@pytest.mark.parametrize("name", ["performer", "rfa"])
+def test_a_row_with_every_key_padded_stays_finite(name: str) -> None:
+    fast, _ = _pair(name)
+    q, k, v = (x.float().requires_grad_() for x in _inputs())
+    pad = torch.zeros(B, L, dtype=torch.bool)
+    pad[1] = True
+    for causal in (False, True):
+        out = fast.float()(q, k, v, causal=causal, key_padding_mask=pad)
+        grads = torch.autograd.grad(out.sum(), (q, k, v))
+        assert torch.isfinite(out).all() and (out[1] == 0).all()
+        assert all(torch.isfinite(g).all() for g in grads)

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ...functional.linear_causal import LinearState, checked_state
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype
@@ -179,6 +180,7 @@ class _CausalLinear(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         fq, fk, v, s, r, out, den = ctx.saved_tensors
         dq, dk, dv, ds = causal_backward(fq, fk, v, s, r, out, den, grad, ctx.eps, ctx.chunk)

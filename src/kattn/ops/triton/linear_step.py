@@ -41,7 +41,7 @@ def _linear_step(
     kv = tl.load(kv_ptr + at, mask=in_state, other=0.0).to(ACC)
     z = tl.load(z_ptr + seq * m + cols_m, mask=in_m, other=0.0).to(ACC)
     offset = tl.load(off_ptr + seq).to(ACC)
-    s = tl.load(s_ptr + seq).to(ACC) if HAS_S else tl.zeros((), dtype=ACC)
+    s = tl.load(s_ptr + seq).to(ACC) if HAS_S else 0.0  # no log-scales: 0
     new_offset = tl.maximum(offset, s)
     decay = tl.exp(tl.minimum(offset - new_offset, 0.0))
     k_in = k * tl.exp(tl.minimum(s - new_offset, 0.0))

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, exp_nonpositive
 from .common import acc_type, block, check_device, guard, masked_keys, tl, triton
@@ -202,6 +203,7 @@ class _NonCausalLinear(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         fq, fk, v, s, w, sy, sx, out, den = ctx.saved_tensors
         b, h, lq, m = fq.shape
