@@ -1,9 +1,9 @@
 """The ``backend`` option of the kernelized mechanisms: with ``backend="triton"`` every
-mechanism that takes it gives, in Triton's interpreter on CPU tensors, the outputs, gradients,
-prefill and decoding steps of ``backend="torch"``; ``"auto"`` leaves the CPU on the PyTorch
-path; a call the kernels do not cover falls back under ``"auto"`` and is refused with the
-reason under ``"triton"``; unknown values, a missing triton and tensors the kernels cannot
-read are refused."""
+mechanism that takes it gives the outputs, gradients, prefill and decoding steps of
+``backend="torch"`` (CPU tensors in Triton's interpreter, CUDA tensors on a GPU); ``"auto"``
+leaves the CPU on the PyTorch path; a call the kernels do not cover falls back under
+``"auto"`` and is refused with the reason under ``"triton"``; unknown values, a missing
+triton and tensors the kernels cannot read are refused."""
 
 from __future__ import annotations
 
@@ -22,7 +22,12 @@ from kattn.ops.triton.common import interpreted
 
 from ..helpers import padding_mask
 
-pytestmark = pytest.mark.skipif(not interpreted(), reason="needs Triton's interpreter")
+pytestmark = pytest.mark.skipif(
+    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
+)
+
+#: where the kernels run: CPU tensors in the interpreter, else CUDA tensors.
+DEVICE = "cpu" if interpreted() else "cuda"
 
 B, H, D, DV, L, LQ = 2, 2, 8, 5, 21, 13
 
@@ -43,18 +48,19 @@ def _pair(name: str, **options):
         options.setdefault(spec.size_option, 16)
     options.setdefault("rpe", None)
     torch.manual_seed(0)
-    fast = kattn.build(name, head_dim=D, num_heads=H, backend="triton", **options).double()
-    slow = kattn.build(name, head_dim=D, num_heads=H, backend="torch", **options).double()
+    fast = kattn.build(name, head_dim=D, num_heads=H, backend="triton", **options)
+    slow = kattn.build(name, head_dim=D, num_heads=H, backend="torch", **options)
+    fast, slow = fast.to(DEVICE, torch.float64), slow.to(DEVICE, torch.float64)
     slow.load_state_dict(fast.state_dict())
     return fast.eval(), slow.eval()
 
 
-def _inputs(lq: int = L, lk: int = L, *, dtype=torch.float64, seed: int = 3):
+def _inputs(lq: int = L, lk: int = L, *, dtype=torch.float64, device=DEVICE, seed: int = 3):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, lq, D, generator=g, dtype=torch.float64)
     k = torch.randn(B, H, lk, D, generator=g, dtype=torch.float64)
     v = torch.randn(B, H, lk, DV, generator=g, dtype=torch.float64)
-    return [x.to(dtype) for x in (q, k, v)]
+    return [x.to(device, dtype) for x in (q, k, v)]
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -71,7 +77,7 @@ def test_the_kernelized_mechanisms_take_the_option() -> None:
 @pytest.mark.parametrize("name", BACKEND_MECHANISMS)
 def test_triton_equals_torch_forward_gradients_prefill_and_steps(name: str) -> None:
     fast, slow = _pair(name)
-    pad = padding_mask(B, L, (0, 5))
+    pad = padding_mask(B, L, (0, 5)).to(DEVICE)
     cross = _inputs(LQ, L)
     _close(fast(*cross, key_padding_mask=pad), slow(*cross, key_padding_mask=pad))
     q, k, v = (x.requires_grad_() for x in _inputs())
@@ -110,6 +116,7 @@ def test_half_inputs_through_the_kernels(dtype: torch.dtype) -> None:
     fast = kattn.build("performer", head_dim=D, num_heads=H, num_features=16, backend="triton")
     slow = kattn.build("performer", head_dim=D, num_heads=H, num_features=16, backend="torch")
     slow.load_state_dict(fast.state_dict())
+    fast, slow = fast.to(DEVICE), slow.to(DEVICE)
     q, k, v = _inputs(dtype=dtype)
     for causal in (False, True):
         out = fast.eval()(q, k, v, causal=causal)
@@ -125,7 +132,7 @@ def test_auto_keeps_the_cpu_on_the_pytorch_path(monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setattr(dispatch.TritonLinearAggregator, call, refuse)
     attn = kattn.build("performer", head_dim=D, num_heads=H, num_features=16).eval()
     assert attn.backend == "auto"
-    q, k, v = _inputs(dtype=torch.float32)
+    q, k, v = _inputs(dtype=torch.float32, device="cpu")
     attn(q, k, v, causal=True)
     _, state = attn.prefill(q, k, v)
     attn.step(q[:, :, :1], k[:, :, :1], v[:, :, :1], state)
@@ -155,7 +162,7 @@ def test_an_encoding_falls_back_on_auto_and_is_refused_on_triton() -> None:
     torch.manual_seed(0)
     torch_path = kattn.build("nprf_rpe", head_dim=D, num_heads=H, max_len=32, num_features=16,
                              backend="torch").eval()  # fmt: skip
-    q, k, v = _inputs(dtype=torch.float32)
+    q, k, v = _inputs(dtype=torch.float32, device="cpu")
     assert torch.equal(auto(q, k, v, causal=True), torch_path(q, k, v, causal=True))
 
 
@@ -167,7 +174,7 @@ def test_calls_the_kernels_do_not_cover_are_refused_with_the_reason() -> None:
     with pytest.raises(NotImplementedError, match=r"chunk_size in .* has 24"):
         attn(q, k, v, causal=True)
     attn = kattn.build("linear", head_dim=D, num_heads=H, backend="triton")
-    state = attn.init_state(B, H)
+    state = attn.init_state(B, H, device=DEVICE)
     grad_q = q[:, :, :1].clone().requires_grad_()
     with pytest.raises(NotImplementedError, match="step has no backward"):
         attn.step(grad_q, k[:, :, :1], v[:, :, :1], state)
@@ -179,7 +186,7 @@ def test_calls_the_kernels_do_not_cover_are_refused_with_the_reason() -> None:
 
 def test_triton_refuses_tensors_it_cannot_read(monkeypatch: pytest.MonkeyPatch) -> None:
     attn = kattn.build("linear", head_dim=D, num_heads=H, backend="triton")
-    q, k, v = _inputs(dtype=torch.float32)
+    q, k, v = _inputs(dtype=torch.float32, device="cpu")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="CUDA tensors, or on CPU tensors with TRITON_INTERPRET"):
         attn(q, k, v)
@@ -194,14 +201,14 @@ def test_triton_without_triton_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ImportError, match=r"kattn\[gpu\]"):
         attn(*_inputs(dtype=torch.float32))
     auto = kattn.build("linear", head_dim=D, num_heads=H)
-    assert torch.isfinite(auto(*_inputs(dtype=torch.float32))).all()
+    assert torch.isfinite(auto(*_inputs(dtype=torch.float32, device="cpu"))).all()
 
 
 @pytest.mark.parametrize("name", ["performer", "rfa"])
 def test_a_row_with_every_key_padded_stays_finite(name: str) -> None:
     fast, _ = _pair(name)
     q, k, v = (x.float().requires_grad_() for x in _inputs())
-    pad = torch.zeros(B, L, dtype=torch.bool)
+    pad = torch.zeros(B, L, dtype=torch.bool, device=DEVICE)
     pad[1] = True
     for causal in (False, True):
         out = fast.float()(q, k, v, causal=causal, key_padding_mask=pad)
