@@ -148,12 +148,12 @@ def _launch(
     fq = fq.contiguous()
     out = torch.empty(b, h, length, dv, dtype=v.dtype, device=v.device)
     den = torch.empty(b, h, length, dtype=acc, device=v.device)
+    if out.numel() == 0:  # no token (or no value column): the state is unchanged
+        return out, den, state
     final = None
     if state is not None:
         assert r is not None, "a given state needs the running offsets"
         final = LinearState(torch.empty_like(state.kv), torch.empty_like(state.k_sum), r[..., -1])
-    if out.numel() == 0:
-        return out, den, final
     init = state if state is not None else (den, den, den)  # unread unless HAS_INIT
     ends = final if final is not None else (den, den)
     block_v = min(block(dv), MAX_VALUE_BLOCK)
