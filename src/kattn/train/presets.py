@@ -281,8 +281,8 @@ PRESETS["kl-glue"] = {
 # on [CLS] and dropout 0.1, 1,000 steps of 32 (about five epochs of the embedded set), linear
 # warm-up and decay. From scratch at the small mlm preset's rate; fine-tuned at half of it
 # (as BERT fine-tunes at up to 5e-5 after pre-training at 1e-4) with Adam's β₂ 0.98 (Luo et
-# al. 2021, Table 5). Fine-tuning takes the encoder's fields from
-# the pre-trained run (kattn.train.finetune.ENCODER_FIELDS), so its presets set none of them.
+# al. 2021, Table 5). Fine-tuning takes the encoder's fields from the pre-trained run
+# (kattn.train.finetune.ENCODER_FIELDS), so its presets set none of them.
 _TEXT_SMALL: dict[str, Any] = {
     "model.dropout": 0.1, "model.attention_dropout": 0.0, "model.pooling": "cls",
     "train.batch_size": 32, "train.steps": 1000, "train.eval_every": 200,
