@@ -23,8 +23,10 @@ INTERNAL_PAPER_NAME = re.compile(r"\bseed[ -]?00\d", re.IGNORECASE)
         "feedforward-kernels.md",
         "simpletron.md",
         "language-modelling.md",
+        "pretraining.md",
         "sparse.md",
         "baselines.md",
+        "huggingface.md",
     ],
 )
 def test_doc_examples_run(page):

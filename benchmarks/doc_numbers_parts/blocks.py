@@ -56,6 +56,7 @@ from .tables_nystrom import (
     spectral_table,
     stability_table,
 )
+from .tables_pretraining import PRETRAINING_RUNS, pretraining_curves, pretraining_runs
 from .tables_sparse import sparse_listops, sparse_speed
 from .tables_translation import translation_decode
 from .tables_translation_runs import study_tables, translation_runs
@@ -97,4 +98,6 @@ BLOCKS: list[Block] = [
     Block("docs/vision.md", "vision-classification", VISION_CLS_RUNS, vision_classification),
     Block("docs/vision.md", "vision-generation", VISION_GEN_RUNS, vision_generation),
     Block("docs/vision.md", "vit-speed", (VIT_SPEED,), vit_speed),
+    Block("docs/pretraining.md", "pretraining-runs", PRETRAINING_RUNS, pretraining_runs),
+    Block("docs/pretraining.md", "pretraining-curves", PRETRAINING_RUNS, pretraining_curves),
 ]  # fmt: skip
