@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kattn.data import ByteTokenizer, HFTokenizer
+from kattn.data import ByteTokenizer, HFTokenizer, SentencePieceTokenizer
 from kattn.data.masking import IGNORE_INDEX, MaskingConfig, mask_tokens
 from kattn.data.mlm_vocab import WHITESPACE_BYTES, mlm_vocab
 
-from .test_lm_data import bpe_file  # noqa: F401  (the fixture)
+from .test_lm_data import bpe_file, sp_file  # noqa: F401  (the fixtures)
 
 VOCAB = mlm_vocab(ByteTokenizer())
 TEXT = (b"def masked(tokens, vocab):\n    return [t for t in tokens if t != 0]  # words\n") * 40
@@ -124,6 +124,19 @@ def test_a_subword_vocabulary_marks_word_starts_and_appends_missing_specials(bpe
         for w in word[row].unique():
             picked = masked.chosen[row][word[row] == w]
             assert picked.all() or not picked.any()
+
+
+def test_sentencepiece_keeps_its_own_bos_eos_and_marks_words_by_its_prefix(sp_file):  # noqa: F811
+    tokenizer = SentencePieceTokenizer(sp_file)
+    vocab = mlm_vocab(tokenizer)
+    assert (vocab.cls_id, vocab.sep_id) == (1, 2)  # <s>, </s>
+    assert (vocab.pad_id, vocab.mask_id, vocab.vocab_size) == (40, 41, 42)
+    assert 1 not in vocab.ordinary_ids.tolist() and 0 in vocab.ordinary_ids.tolist()  # <unk>
+    ids = tokenizer.encode("the masked tokens of a sentence")
+    pieces = [tokenizer._model.id_to_piece(i) for i in ids]
+    tokens = torch.tensor([[vocab.cls_id, *ids, vocab.sep_id]])
+    starts = vocab.word_starts(tokens)[0, 1:-1].tolist()
+    assert starts[1:] == [p.startswith("▁") for p in pieces][1:] and sum(starts) == 6
 
 
 def test_a_tokenizer_with_its_own_specials_keeps_them(tmp_path):
