@@ -103,6 +103,8 @@ def test_a_tiny_mlm_run_reports_masked_loss_baseline_and_curve(corpus_file, tmp_
     assert [p[0] for p in saved["curve"]["valid"]] == [4, 8, 12]
     assert saved["curve"]["train"][-1][1] == pytest.approx(float(curve[-2]["loss"]), abs=1e-6)
     assert json.loads((run / "mlm_vocab.json").read_text())["mask_id"] == 259
+    if saved["curve_plot"] is not None:  # matplotlib installed
+        assert (run / "mlm_curve.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_evaluation_masks_are_the_same_in_every_run(corpus_file, tmp_path):

@@ -12,8 +12,8 @@ perplexity and the masked accuracy; the best checkpoint has the lowest validatio
 
 A run folder holds, besides the loop's files, the tokenizer's file (if any),
 ``mlm_vocab.json`` (the special ids) and at the end ``mlm_curve.csv`` (the train and valid
-loss curve); ``results.json`` adds the unigram baseline (the masked test tokens predicted by
-their training frequencies) and the curve.
+loss curve) and its plot ``mlm_curve.png``; ``results.json`` adds the unigram baseline (the
+masked test tokens predicted by their training frequencies) and the curve.
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ from ..nn.masked_lm import MaskedLM
 from .config import RunConfig, load_config
 from .field_checks import refuse_image_fields, refuse_translation_fields
 from .mlm_data import (
+    CURVE,
     curve_line,
     fixed_masks,
     masking_config,
     mlm_max_len,
     pack_sequences,
+    plot_curve,
     unigram_baseline,
     write_curve,
 )
@@ -132,6 +134,7 @@ class MaskedLanguageModelling(Objective[MLMCorpus]):
             s: pack_sequences(self.corpus.split(s), self.vocab, self.max_len) for s in SPLITS
         }
         self.fixed = {s: self._fixed_masks(s) for s in SPLITS if s != "train"}
+        self.baseline: dict[str, float] | None = None
 
     @classmethod
     def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> MLMCorpus:
@@ -222,20 +225,34 @@ class MaskedLanguageModelling(Objective[MLMCorpus]):
         if self.run_dir is None:
             return {"curve_file": None}
         curve = write_curve(self.run_dir)
-        return {"curve_file": "mlm_curve.csv", "curve": curve, "curve_summary": curve_line(curve)}
+        plotted = plot_curve(self.run_dir, curve, self._baseline()["loss"])
+        return {
+            "curve_file": CURVE,
+            "curve_plot": None if plotted is None else plotted.name,
+            "curve": curve,
+            "curve_summary": curve_line(curve),
+        }
 
     def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
         results: dict[str, Any] = {f"test_{k}": v for k, v in test.items()}
         for key in ("loss", "perplexity", "accuracy"):
             results[f"best_valid_{key}"] = None if best is None else best[key]
-        test_targets = self.fixed["test"].labels[self.fixed["test"].chosen]
-        baseline = unigram_baseline(self.corpus.train, self.vocab, test_targets)
+        baseline = self._baseline()
         results["unigram_loss"], results["unigram_accuracy"] = (
             baseline["loss"],
             baseline["accuracy"],
         )
         results.update(self._description())
         return results
+
+    def _baseline(self) -> dict[str, float]:
+        """The unigram baseline on the masked test tokens (computed once)."""
+        if self.baseline is None:
+            test = self.fixed["test"]
+            self.baseline = unigram_baseline(
+                self.corpus.train, self.vocab, test.labels[test.chosen]
+            )
+        return self.baseline
 
     def _description(self) -> dict[str, Any]:
         m = self.masking

@@ -21,8 +21,9 @@ from .metrics import iter_records
 #: the seed of the evaluation splits' masks: the same for every run, so that runs with other
 #: seeds, mechanisms or models are scored on the same masked positions.
 EVAL_MASK_SEED = 1_000_003
-#: the file of a run's MLM loss curve (train and valid, one row per logged step).
+#: the file of a run's MLM loss curve (train and valid, one row per logged step), and its plot.
 CURVE = "mlm_curve.csv"
+CURVE_PLOT = "mlm_curve.png"
 #: how many evaluation rows are masked at once (bounds the memory of the argsort).
 MASK_ROWS = 4096
 
@@ -117,6 +118,26 @@ def write_curve(run_dir: Path) -> dict[str, list[list[float]]]:
                     [step, record["split"], f"{loss:.6f}", f"{accuracy:.6f}", perplexity]
                 )
     return curve
+
+
+def plot_curve(run_dir: Path, curve: dict[str, Any], baseline: float) -> Path | None:
+    """Plot the curve (masked loss against step, train and valid) with the unigram
+    ``baseline`` to ``<run>/mlm_curve.png``; None, with a warning, without matplotlib."""
+    from ..bench.style import pyplot, save_figure
+
+    plt = pyplot()
+    if plt is None:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for split, style in (("train", "-"), ("valid", "o-")):
+        points = curve.get(split) or []
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], style, label=split)
+    ax.axhline(baseline, color="grey", linestyle="--", label="unigram baseline (test)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("masked loss (nats per masked token)")
+    ax.legend()
+    return save_figure(fig, run_dir / CURVE_PLOT)
 
 
 def curve_line(curve: dict[str, Any]) -> str:
