@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from kattn.train.checkpoint import LAST
 from kattn.train.config import RunConfig
 from kattn.train.loop import Interrupted, evaluate_run, train
 from kattn.train.metrics import iter_records
-from kattn.train.mlm import run_vocab
+from kattn.train.mlm import build_masked_lm, run_vocab
 from kattn.train.mlm_data import CURVE, pack_sequences
 from kattn.train.validation import validate
 
@@ -161,6 +162,11 @@ def test_presets_of_the_papers_resolve_and_validate():
     kl = validate(preset("kl-glue", "mlm"))
     assert (kl.model.num_layers, kl.model.dim, kl.model.num_heads) == (3, 300, 10)
     assert kl.optim.lr == 5e-4 and kl.optim.warmup_steps == 10_000 and kl.model.ffn_dim == 512
+    for config in (bert, kl):  # the models build (on meta: no memory), with no warning
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("error")
+            model = build_masked_lm(config, 260)
+        assert model.max_len == 512 and len(model.encoder.layers) == config.model.num_layers
 
 
 def test_fields_of_other_tasks_and_bad_shares_are_refused(corpus_file):

@@ -242,12 +242,13 @@ PRESETS["small"]["mlm"] = {
 # (0.9, 0.999) eps 1e-6, peak 2e-4 after 20k warm-up steps then linear decay to 0, dropout
 # 0.1, gradient norm clipped to 1.0, weight decay 0.01. The paper gives no number of random
 # features for pre-training: M = 64, that of its WikiText-103 model (§4.2), the head width.
-# The batch of 2048 is 32 accumulated micro-batches (64 sequences each on one device).
+# The batch of 2048 is 32 accumulated micro-batches (64 sequences each on one device). The
+# dropout is the blocks': kernelized attention has no weight matrix to drop out.
 PRESETS["luo-bert-base"] = {
     "mlm": {
         "model.dim": 768, "model.num_layers": 12, "model.num_heads": 12, "model.ffn_dim": 3072,
         "model.norm_first": False, "model.positions": "learned", "model.dropout": 0.1,
-        "model.attention_dropout": 0.1, "attention.name": "nprf_rpe",
+        "model.attention_dropout": 0.0, "attention.name": "nprf_rpe",
         "attention.options.num_features": 64, "data.max_len": 512,
         "train.batch_size": 2048, "optim.accumulate": 32, "train.steps": 1_000_000,
         "train.eval_every": 10_000, "train.eval_batches": 4, "optim.lr": 2e-4,
@@ -267,7 +268,7 @@ PRESETS["luo-bert-base"] = {
 PRESETS["kl-glue"] = {
     "mlm": {
         "model.dim": 300, "model.num_layers": 3, "model.num_heads": 10, "model.ffn_dim": 512,
-        "model.positions": "sinusoidal", "model.dropout": 0.1, "model.attention_dropout": 0.1,
+        "model.positions": "sinusoidal", "model.dropout": 0.1, "model.attention_dropout": 0.0,
         "attention.name": "gmm_prf", "attention.options.num_features": 128,
         "data.max_len": 512, "train.batch_size": 64, "train.steps": 15_815,
         "train.eval_every": 1000, "optim.lr": 5e-4, "optim.schedule": "linear",
