@@ -8,10 +8,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from kattn.ops.triton.recompute import interpreted
-
-#: CPU tensors in the interpreter, CUDA tensors on a GPU; references are computed on the CPU.
-DEVICE = "cpu" if interpreted() else "cuda"
+from .kernel_device import DEVICE
 
 
 def kernel_inputs(

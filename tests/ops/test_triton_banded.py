@@ -13,22 +13,18 @@ pytest.importorskip("triton", reason="the Triton kernels are tested where triton
 
 from kattn.functional import banded_linear_attention
 from kattn.ops.triton.banded import banded_linear_attention_triton
-from kattn.ops.triton.recompute import interpreted
 from kattn.positional.bucketed import BucketedBias
 
 from ..helpers import padding_mask
+from .kernel_device import DEVICE, needs_kernels
 from .rpe_kernel_inputs import (
-    DEVICE,
     assert_matches,
     assert_same_gradients,
     kernel_inputs,
     on_cpu64,
 )
 
-# tests/conftest.py sets TRITON_INTERPRET=1 without CUDA, before triton is imported
-pytestmark = pytest.mark.skipif(
-    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
-)
+pytestmark = needs_kernels
 
 
 def _coefficients(h: int, left: int, right: int, seed: int = 2) -> torch.Tensor:

@@ -17,19 +17,12 @@ from kattn.functional.linear_causal import linear_attention_prefill
 from kattn.ops.triton.causal_linear import (
     causal_linear_attention_triton,
     causal_linear_prefill_triton,
-    interpreted,
 )
 
 from ..helpers import padding_mask
+from .kernel_device import DEVICE, needs_kernels
 
-# tests/conftest.py sets TRITON_INTERPRET=1 without CUDA, before triton is imported
-pytestmark = pytest.mark.skipif(
-    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
-)
-
-
-#: CPU tensors in the interpreter, CUDA tensors on a GPU; references are computed on the CPU.
-DEVICE = "cpu" if interpreted() else "cuda"
+pytestmark = needs_kernels
 
 
 def _features(b, h, length, m, dv, *, seed=0, dtype=torch.float32, log_scales=False):
@@ -160,7 +153,7 @@ def test_refusals() -> None:
         causal_linear_attention_triton(fq, fk, v, chunk_size=24)
     with pytest.raises(ValueError, match="power of two"):
         causal_linear_attention_triton(fq, fk, v, chunk_size=256)
-    with pytest.raises(ValueError, match="alike"):
+    with pytest.raises(ValueError, match=r"\(B, H, Lk, M\)"):
         causal_linear_attention_triton(fq, fk[..., :3], v)
     with pytest.raises(ValueError, match="k_log_scale"):
         causal_linear_attention_triton(fq, fk, v, k_log_scale=fq[..., 0, None])

@@ -12,22 +12,18 @@ pytest.importorskip("triton", reason="the Triton kernels are tested where triton
 
 from kattn.functional import decay_linear_attention
 from kattn.ops.triton.decay import decay_linear_attention_triton
-from kattn.ops.triton.recompute import interpreted
 from kattn.positional.decay import DecayBias
 
 from ..helpers import padding_mask
+from .kernel_device import DEVICE, needs_kernels
 from .rpe_kernel_inputs import (
-    DEVICE,
     assert_matches,
     assert_same_gradients,
     kernel_inputs,
     on_cpu64,
 )
 
-# tests/conftest.py sets TRITON_INTERPRET=1 without CUDA, before triton is imported
-pytestmark = pytest.mark.skipif(
-    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
-)
+pytestmark = needs_kernels
 
 
 def _rates(h: int, r: int, seed: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -143,5 +139,11 @@ def test_refusals() -> None:
         decay_linear_attention_triton(fq, fk, v, la[:1], lg[:1])
     with pytest.raises(ValueError, match="Lq == Lk"):
         decay_linear_attention_triton(fq, fk[:, :, :5], v[:, :, :5], la, lg, causal=True)
-    with pytest.raises(ValueError, match="float64"):
-        decay_linear_attention_triton(fq.double(), fk.double(), v.double(), la, lg)
+
+
+def test_float64_inputs_are_summed_in_float64() -> None:
+    fq, fk, v, s = (x.double() for x in kernel_inputs(1, 2, 21, 21, 4, 3))
+    la, lg = (x.double() for x in _rates(2, 2))
+    out = decay_linear_attention_triton(fq, fk, v, la, lg, k_log_scale=s, chunk_size=16)
+    assert out.dtype == torch.float64
+    assert_matches(out, _ref(fq, fk, v, la, lg, s, causal=False), tol=1e-12)

@@ -16,14 +16,12 @@ from kattn.functional import (
     linear_attention_init_state,
     linear_attention_step,
 )
-from kattn.ops.triton.common import interpreted
 from kattn.ops.triton.linear_step import linear_step_triton
 
-pytestmark = pytest.mark.skipif(
-    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
-)
+from .kernel_device import DEVICE, needs_kernels
 
-DEVICE = "cpu" if interpreted() else "cuda"
+pytestmark = needs_kernels
+
 B, H, L, M, DV = 2, 3, 12, 7, 5
 
 

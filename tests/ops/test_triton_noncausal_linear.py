@@ -12,16 +12,12 @@ import torch
 pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
 
 from kattn.functional import linear_attention_parallel
-from kattn.ops.triton.common import interpreted
 from kattn.ops.triton.noncausal_linear import linear_attention_triton
 
 from ..helpers import padding_mask
+from .kernel_device import DEVICE, needs_kernels
 
-pytestmark = pytest.mark.skipif(
-    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
-)
-
-DEVICE = "cpu" if interpreted() else "cuda"
+pytestmark = needs_kernels
 
 
 def _inputs(b, h, lq, lk, m, dv, *, dtype=torch.float32, log_scales=False, signed=False):

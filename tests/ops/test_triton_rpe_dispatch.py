@@ -9,17 +9,15 @@ import torch
 
 pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
 
-from kattn.ops.triton.recompute import interpreted
 from kattn.ops.triton.rpe_dispatch import rpe_attend_triton, rpe_kernel_gap
 from kattn.positional.bucketed import BucketedBias
 from kattn.positional.decay import DecayBias
 from kattn.positional.toeplitz import Toeplitz2dBias, ToeplitzBias
 
-from .rpe_kernel_inputs import DEVICE, kernel_inputs
+from .kernel_device import DEVICE, needs_kernels
+from .rpe_kernel_inputs import kernel_inputs
 
-pytestmark = pytest.mark.skipif(
-    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
-)
+pytestmark = needs_kernels
 
 ENCODINGS = {
     "decay": lambda: DecayBias(num_heads=2, decay_terms=2),

@@ -12,23 +12,19 @@ import torch
 pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
 
 from kattn.functional.rpe_blocked import ToeplitzRows, rpe_linear_attention_blocked
-from kattn.ops.triton.recompute import interpreted
 from kattn.ops.triton.toeplitz_blocked import toeplitz_linear_attention_triton
 from kattn.positional.toeplitz import ToeplitzBias
 
 from ..helpers import padding_mask
+from .kernel_device import DEVICE, needs_kernels
 from .rpe_kernel_inputs import (
-    DEVICE,
     assert_matches,
     assert_same_gradients,
     kernel_inputs,
     on_cpu64,
 )
 
-# tests/conftest.py sets TRITON_INTERPRET=1 without CUDA, before triton is imported
-pytestmark = pytest.mark.skipif(
-    not (interpreted() or torch.cuda.is_available()), reason="neither CUDA nor the interpreter"
-)
+pytestmark = needs_kernels
 
 
 def _coefficients(h: int, lq: int, lk: int, scale: float = 2.0, seed: int = 2) -> torch.Tensor:
@@ -149,5 +145,11 @@ def test_refusals() -> None:
     with pytest.raises(ValueError, match="Lq == Lk"):
         lc_cross = _coefficients(2, 8, 5)
         toeplitz_linear_attention_triton(fq, fk[:, :, :5], v[:, :, :5], lc_cross, causal=True)
-    with pytest.raises(ValueError, match="float64"):
-        toeplitz_linear_attention_triton(fq.double(), fk.double(), v.double(), lc)
+
+
+def test_float64_inputs_are_summed_in_float64() -> None:
+    fq, fk, v, s = (x.double() for x in kernel_inputs(1, 2, 21, 21, 4, 3))
+    lc = _coefficients(2, 21, 21).double()
+    out = toeplitz_linear_attention_triton(fq, fk, v, lc, causal=True, k_log_scale=s)
+    assert out.dtype == torch.float64
+    assert_matches(out, _ref(fq, fk, v, lc, s, causal=True), tol=1e-12)

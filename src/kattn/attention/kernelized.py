@@ -52,10 +52,11 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
             ``kattn.positional.build`` (share one module across layers by passing it to each).
             The module is ``attn.rpe`` (None without one) and ``attn.aggregator``; without
             one ``attn.aggregator`` is a :class:`~kattn.aggregator.LinearAggregator`.
-        backend: what computes the sums without an encoding: ``"auto"`` (the Triton kernels
-            on CUDA tensors when triton imports, else PyTorch), ``"triton"`` (the kernels, or
-            ``NotImplementedError`` saying why a call is not covered, e.g. with ``rpe``) or
-            ``"torch"``; see :mod:`kattn.ops.triton.dispatch`.
+        backend: what computes the sums: ``"auto"`` (the Triton kernels on CUDA tensors when
+            triton imports and they cover the call, else PyTorch), ``"triton"`` (the kernels,
+            or ``NotImplementedError`` saying why a call is not covered: an encoding without a
+            kernel, such as ``"toeplitz2d"`` or ``rpe_method="fft"``, already at construction;
+            an encoding's decoding step) or ``"torch"``; see :mod:`kattn.ops.triton.dispatch`.
         **options: options of the feature map (e.g. ``num_features``, ``sampling``, ``redraw``
             for ``prf``/``trf``) and of the encoding (``rpe_method``, ``num_buckets``,
             ``max_distance``, ``bidirectional``, ``decay_terms``, ``grid``).

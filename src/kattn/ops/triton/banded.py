@@ -16,7 +16,8 @@ the ends (T5 buckets past their last boundary), query i sees
 Each part comes with its own per-query log-offset (all weights <= 1 inside it), and the parts
 are added in log space, so a large coefficient on one side cancels nothing on another.
 Gradients are those of the PyTorch path, recomputed in backward (exact, not fast). Inputs may
-be fp16, bf16 or fp32; sums are fp32; the output has the dtype of ``v``.
+be fp16, bf16, fp32 or fp64; sums are fp32 (fp64 for fp64 inputs); the output has the dtype
+of ``v``.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...functional.banded import banded_linear_attention
-from ...functional.numerics import DEFAULT_EPS, guard_normaliser, log_floor
+from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, guard_normaliser, log_floor
+from .common import check_chunk, checked_inputs, masked_keys
 from .decay import decayed_causal_sums_triton
-from .recompute import check_block, check_kernel_inputs, kernel_with_reference_grad, masked_inputs
+from .recompute import kernel_with_reference_grad
 from .toeplitz_blocked import rpe_window_sums_triton
 
 __all__ = ["banded_linear_attention_triton"]
@@ -49,10 +51,10 @@ def _far_field(
     fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, delay: int, chunk: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``num, den, offset`` of ``Σ_{j <= i − delay}`` over sequences of one length T."""
-    floor = log_floor(torch.float32)
+    acc = accumulation_dtype(v.dtype)
     keys = _delayed(fk, delay), _delayed(v, delay)
-    s_far = None if s is None else _delayed(s, delay, floor)
-    no_decay = fq.new_zeros(fq.shape[1], 1, dtype=torch.float32)
+    s_far = None if s is None else _delayed(s, delay, log_floor(acc))
+    no_decay = fq.new_zeros(fq.shape[1], 1, dtype=acc)
     num, den, off = decayed_causal_sums_triton(fq, *keys, s_far, no_decay, chunk)
     return num[:, :, 0], den[:, :, 0], off[:, :, 0]
 
@@ -70,13 +72,13 @@ def _banded_forward(
     eps: float,
     chunk: int,
 ) -> Tensor:
-    fk, vals, s = masked_inputs(phi_k, v, k_log_scale, key_padding_mask)
+    fk, vals, s = masked_keys(phi_k, v, k_log_scale, key_padding_mask)
     lq, lk = phi_q.shape[2], fk.shape[2]
     right = log_coeff.shape[-1] - 1 - left
-    log_coeff = log_coeff.float()
+    log_coeff = log_coeff.to(accumulation_dtype(v.dtype))
     band = (-(left - 1), 0 if causal else right - 1)
     num, den, top = rpe_window_sums_triton(
-        phi_q, fk, vals, s, log_coeff, left, band, causal=causal, block=chunk
+        phi_q, fk, vals, s, log_coeff, left, band, causal=causal, chunk=chunk
     )
     parts = [(num, den, top)]
     # the far fields run over one length T: queries and keys padded to it
@@ -145,18 +147,18 @@ def banded_linear_attention_triton(
         key_padding_mask: ``(B, Lk)`` bool, True marks keys that count nowhere.
         eps: guard of the normaliser.
         chunk_size: queries per program of the band and tokens per chunk of the far field, a
-            power of two of at least 16.
+            power of two from 16 to 128.
 
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``; gradients those of the PyTorch path.
 
     Raises:
-        ValueError: CPU or float64 tensors (the PyTorch path serves those), mismatched
-            shapes, a band without ``left, right >= 1``, causal with Lq != Lk, or a chunk size
-            that is not a power of two >= 16.
+        ValueError: CPU tensors outside Triton's interpreter, mismatched shapes, a band
+            without ``left, right >= 1``, causal with Lq != Lk, or a chunk size that is not a
+            power of two from 16 to 128.
     """
-    check_kernel_inputs(phi_q, phi_k, v)
-    check_block("chunk_size", chunk_size)
+    s = checked_inputs(phi_q, phi_k, v, k_log_scale)
+    check_chunk(chunk_size)
     h, lq = phi_q.shape[1:3]
     if log_coeff.dim() != 2 or log_coeff.shape[0] != h:
         raise ValueError(
@@ -169,6 +171,6 @@ def banded_linear_attention_triton(
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={phi_k.shape[2]}")
     return kernel_with_reference_grad(
         _banded_forward, _banded_reference,
-        (phi_q, phi_k, v, log_coeff, k_log_scale, key_padding_mask),
+        (phi_q, phi_k, v, log_coeff, s, key_padding_mask),
         left=int(left), causal=causal, eps=float(eps), chunk=int(chunk_size),
     )  # fmt: skip

@@ -33,9 +33,8 @@ from .common import (
     acc_type,
     block,
     check_chunk,
-    check_device,
+    checked_inputs,
     guard,
-    interpreted,
     masked_keys,
     running_offsets,
     tl,
@@ -47,7 +46,6 @@ __all__ = [
     "DEFAULT_CHUNK",
     "causal_linear_attention_triton",
     "causal_linear_prefill_triton",
-    "interpreted",
 ]
 
 #: tokens per chunk of the kernel.
@@ -188,22 +186,15 @@ class _CausalLinear(torch.autograd.Function):
 
 
 def _checked(phi_q: Tensor, phi_k: Tensor, v: Tensor, k_log_scale: Tensor | None, chunk: int):
-    """Refuse what the kernel does not take; the log-scales in the accumulation dtype."""
-    check_device(v)
+    """Refuse what the kernel does not take (:func:`~.common.checked_inputs`, Lq != Lk, the
+    chunk size); the log-scales in the accumulation dtype."""
+    s = checked_inputs(phi_q, phi_k, v, k_log_scale)
     check_chunk(chunk)
-    if phi_q.shape != phi_k.shape or phi_q.shape[:3] != v.shape[:3]:
+    if phi_q.shape[2] != phi_k.shape[2]:
         raise ValueError(
-            f"phi_q, phi_k must be (B, H, L, M) and v (B, H, L, Dv) alike, got "
-            f"{tuple(phi_q.shape)}, {tuple(phi_k.shape)} and {tuple(v.shape)}"
+            f"causal attention needs Lq == Lk, got Lq={phi_q.shape[2]}, Lk={phi_k.shape[2]}"
         )
-    if k_log_scale is None:
-        return None
-    if k_log_scale.shape != phi_k.shape[:3]:
-        raise ValueError(
-            f"k_log_scale must be (B, H, L) = {tuple(phi_k.shape[:3])}, "
-            f"got {tuple(k_log_scale.shape)}"
-        )
-    return k_log_scale.to(accumulation_dtype(v.dtype))
+    return s
 
 
 def causal_linear_attention_triton(

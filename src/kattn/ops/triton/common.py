@@ -1,15 +1,14 @@
-"""What the linear-attention kernels share: importing Triton with the extra to install, where
-kernels may run, block sizes, the accumulation dtype as a Triton type, the normaliser guard,
-and the preparation of padded keys and of the causal-safe key offsets."""
+"""What the kernels share: importing Triton with the extra to install, the checks of their
+inputs, block sizes, the accumulation dtype as a Triton type and ``tl.dot``'s precision, the
+normaliser guard, and the preparation of padded keys and of the causal-safe key offsets."""
 
 from __future__ import annotations
-
-import os
 
 import torch
 from torch import Tensor
 
 from ...functional.numerics import accumulation_dtype, log_floor
+from .placement import check_device
 
 try:
     import triton
@@ -22,12 +21,13 @@ except ImportError as error:  # pragma: no cover - exercised where triton is abs
 __all__ = [
     "MAX_CHUNK",
     "MIN_BLOCK",
+    "NO_OFFSET",
     "acc_type",
     "block",
     "check_chunk",
-    "check_device",
+    "checked_inputs",
+    "dot_precision",
     "guard",
-    "interpreted",
     "masked_keys",
     "running_offsets",
 ]
@@ -36,35 +36,40 @@ __all__ = [
 MIN_BLOCK = 16
 #: largest chunk of tokens the kernels hold at once (a C×C block of scores).
 MAX_CHUNK = 128
+#: a log-offset below every real one but far from overflow when shifted (``−∞`` would give
+#: ``−∞ − (−∞) = NaN`` where a row sees no key at all).
+NO_OFFSET = -1e30
 
 
-def interpreted() -> bool:
-    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``, on CPU)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def check_device(x: Tensor) -> None:
-    """Refuse tensors a kernel cannot read: CPU tensors outside the interpreter, and any
-    device but CUDA and the CPU."""
-    if x.device.type == "cuda" or (x.device.type == "cpu" and interpreted()):
-        return
-    raise ValueError(
-        f"the Triton kernels run on CUDA tensors, or on CPU tensors with TRITON_INTERPRET=1 set "
-        f"before triton is imported; got {x.device.type} tensors: use backend='torch' there"
-    )
-
-
-def check_chunk(chunk_size: int) -> None:
-    """``ValueError`` unless ``chunk_size`` is a power of two in [16, 128]."""
-    if (
-        not isinstance(chunk_size, int)
-        or not MIN_BLOCK <= chunk_size <= MAX_CHUNK
-        or chunk_size & (chunk_size - 1)
-    ):
+def check_chunk(size: int, name: str = "chunk_size") -> None:
+    """``ValueError`` unless ``size`` (the argument ``name``) is a power of two in [16, 128]."""
+    if not isinstance(size, int) or not MIN_BLOCK <= size <= MAX_CHUNK or size & (size - 1):
         raise ValueError(
-            f"chunk_size must be a power of two from {MIN_BLOCK} to {MAX_CHUNK} for the Triton "
-            f"kernels, got {chunk_size!r}"
+            f"{name} must be a power of two from {MIN_BLOCK} to {MAX_CHUNK} for the Triton "
+            f"kernels, got {size!r}"
         )
+
+
+def checked_inputs(
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, k_log_scale: Tensor | None
+) -> Tensor | None:
+    """The key log-scales in the accumulation dtype, after refusing (``ValueError``) tensors
+    a kernel cannot read and shapes other than ``phi_q`` ``(B, H, Lq, M)``, ``phi_k``
+    ``(B, H, Lk, M)``, ``v`` ``(B, H, Lk, Dv)`` and ``k_log_scale`` ``(B, H, Lk)``."""
+    check_device(v)
+    (b, h, _, m), (bk, hk, lk, mk) = phi_q.shape, phi_k.shape
+    if (b, h, m) != (bk, hk, mk) or phi_k.shape[:3] != v.shape[:3]:
+        raise ValueError(
+            f"phi_q must be (B, H, Lq, M), phi_k (B, H, Lk, M) and v (B, H, Lk, Dv), got "
+            f"{tuple(phi_q.shape)}, {tuple(phi_k.shape)} and {tuple(v.shape)}"
+        )
+    if k_log_scale is None:
+        return None
+    if k_log_scale.shape != (b, h, lk):
+        raise ValueError(
+            f"k_log_scale must be (B, H, Lk) = {(b, h, lk)}, got {tuple(k_log_scale.shape)}"
+        )
+    return k_log_scale.to(accumulation_dtype(v.dtype))
 
 
 def block(n: int) -> int:
@@ -75,6 +80,13 @@ def block(n: int) -> int:
 def acc_type(dtype: torch.dtype) -> tl.dtype:
     """The Triton type of the sums: fp64 for fp64 inputs, else fp32."""
     return tl.float64 if accumulation_dtype(dtype) == torch.float64 else tl.float32
+
+
+def dot_precision(dtype: torch.dtype) -> str:
+    """``tl.dot`` precision of sums for outputs of ``dtype``: IEEE products for fp32 and fp64
+    outputs, TF32 (exact on fp16/bf16 inputs, rounding fp32 sums to 10 bits) for half
+    precision."""
+    return "tf32" if dtype in (torch.float16, torch.bfloat16) else "ieee"
 
 
 @triton.jit

@@ -12,7 +12,8 @@ offset at the chunk's start) for the tokens before it, then the chunk folded int
 The R terms (and, non-causal, the future side: the same kernel on the reversed sequence, keys
 shifted by one so that ``j > i``) are combined outside the kernel in log space, as the PyTorch
 path does. Gradients are those of the PyTorch path, recomputed in backward (exact, not fast).
-Inputs may be fp16, bf16 or fp32; sums are fp32; the output has the dtype of ``v``.
+Inputs may be fp16, bf16, fp32 or fp64; sums are fp32 (fp64 for fp64 inputs); the output has
+the dtype of ``v``.
 """
 
 from __future__ import annotations
@@ -22,24 +23,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...functional.decay import decay_linear_attention
-from ...functional.numerics import DEFAULT_EPS, guard_normaliser, log_floor
-from .recompute import (
+from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, guard_normaliser, log_floor
+from .common import (
     NO_OFFSET,
-    block_size,
-    check_block,
-    check_kernel_inputs,
+    acc_type,
+    block,
+    check_chunk,
+    checked_inputs,
     dot_precision,
-    kernel_with_reference_grad,
-    masked_inputs,
+    masked_keys,
+    tl,
+    triton,
 )
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError as error:  # pragma: no cover - exercised where triton is absent
-    raise ImportError(
-        "the Triton kernels need triton: pip install 'kattn[gpu]' (or pip install triton)"
-    ) from error
+from .recompute import kernel_with_reference_grad
 
 __all__ = ["decay_linear_attention_triton", "decayed_causal_sums_triton"]
 
@@ -52,11 +48,11 @@ def _decayed_causal_sums(
     q_ptr, k_ptr, v_ptr, s_ptr, g_ptr, num_ptr, den_ptr, off_ptr,
     length, m, dv, heads, terms, no_offset,
     HAS_S: tl.constexpr, C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, ACC: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0).to(tl.int64)  # (batch, head); B·H·L·M may pass 2³¹
     term = tl.program_id(1).to(tl.int64)
-    g = tl.load(g_ptr + (seq % heads) * terms + term).to(tl.float32)  # log γ <= 0
+    g = tl.load(g_ptr + (seq % heads) * terms + term).to(ACC)  # log γ <= 0
     q_ptr += seq * length * m
     k_ptr += seq * length * m
     v_ptr += seq * length * dv
@@ -68,26 +64,26 @@ def _decayed_causal_sums(
     cols_m = tl.arange(0, BM)
     cols_v = tl.arange(0, BDV)
     rows = tl.arange(0, C)
-    lag = (rows[:, None] - rows[None, :]).to(tl.float32)  # i − j inside a chunk
+    lag = (rows[:, None] - rows[None, :]).to(ACC)  # i − j inside a chunk
     seen = rows[:, None] >= rows[None, :]
-    state = tl.zeros((BM, BDV), dtype=tl.float32)
-    total = tl.zeros((BM,), dtype=tl.float32)
+    state = tl.zeros((BM, BDV), dtype=ACC)
+    total = tl.zeros((BM,), dtype=ACC)
     offset = g * 0.0 + no_offset  # the state's units: exp(offset) at the previous token
     for start in range(0, length, C):
         pos = start + rows
         inside = pos < length
         fm = inside[:, None] & (cols_m[None, :] < m)
         fv = inside[:, None] & (cols_v[None, :] < dv)
-        q = tl.load(q_ptr + pos[:, None] * m + cols_m[None, :], mask=fm, other=0.0).to(tl.float32)
-        k = tl.load(k_ptr + pos[:, None] * m + cols_m[None, :], mask=fm, other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(tl.float32)
+        q = tl.load(q_ptr + pos[:, None] * m + cols_m[None, :], mask=fm, other=0.0).to(ACC)
+        k = tl.load(k_ptr + pos[:, None] * m + cols_m[None, :], mask=fm, other=0.0).to(ACC)
+        v = tl.load(v_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
         if HAS_S:
-            s = tl.load(s_ptr + pos, mask=inside, other=no_offset).to(tl.float32)
+            s = tl.load(s_ptr + pos, mask=inside, other=no_offset).to(ACC)
         else:
             s = tl.where(inside, 0.0, no_offset)
         # log of each in-chunk factor γ^(i−j) exp(s_j), and of the state's, before the shift r_i
         logits = tl.where(seen, s[None, :] + lag * g, float("-inf"))
-        carried = offset + (rows + 1).to(tl.float32) * g
+        carried = offset + (rows + 1).to(ACC) * g
         r = tl.maximum(tl.max(logits, axis=1), carried)
         weights = tl.exp(logits - r[:, None])
         to_query = tl.exp(carried - r)
@@ -100,7 +96,7 @@ def _decayed_causal_sums(
         tl.store(off_ptr + pos, r, mask=inside)
         # the state after the chunk, in units of the chunk's last offset
         last = tl.max(tl.where(rows == C - 1, r, float("-inf")), axis=0)
-        k_in = k * tl.exp(s + (C - 1 - rows).to(tl.float32) * g - last)[:, None]
+        k_in = k * tl.exp(s + (C - 1 - rows).to(ACC) * g - last)[:, None]
         rescale = tl.exp(offset + C * g - last)
         state = state * rescale + tl.dot(tl.trans(k_in), v, input_precision=PRECISION)
         total = total * rescale + tl.sum(k_in, axis=0)
@@ -116,16 +112,16 @@ def decayed_causal_sums_triton(
         fq, fk: ``(B, H, L, M)``; v: ``(B, H, L, Dv)`` (padding zeroed already).
         s: ``(B, H, L)`` key log-scales (padding at the floor), or None for 0.
         log_decay: ``(H, R)`` log-decays ``log γ <= 0`` (zeros: no decay).
-        chunk: tokens per chunk, a power of two of at least 16.
+        chunk: tokens per chunk, a power of two from 16 to 128.
 
     Returns:
         ``num (B, H, R, L, Dv)``, ``den (B, H, R, L)`` and the offsets ``r (B, H, R, L)``,
-        fp32.
+        in the accumulation dtype of ``v``.
     """
     b, h, length, m = fq.shape
     dv, r = v.shape[-1], log_decay.shape[-1]
     fq, fk, v = (x.contiguous() for x in (fq, fk, v))
-    dtype = torch.float32
+    dtype = accumulation_dtype(v.dtype)
     num = torch.empty(b, h, r, length, dv, dtype=dtype, device=v.device)
     den = torch.empty(b, h, r, length, dtype=dtype, device=v.device)
     off = torch.empty(b, h, r, length, dtype=dtype, device=v.device)
@@ -135,8 +131,8 @@ def decayed_causal_sums_triton(
     g = log_decay.detach().to(device=v.device, dtype=dtype).contiguous()
     _decayed_causal_sums[(b * h, r)](
         fq, fk, v, s_arg, g, num, den, off, length, m, dv, h, r, NO_OFFSET,
-        HAS_S=s is not None, C=chunk, BM=block_size(m), BDV=block_size(dv),
-        PRECISION=dot_precision(v.dtype),
+        HAS_S=s is not None, C=chunk, BM=block(m), BDV=block(dv),
+        PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
     )  # fmt: skip
     return num, den, off
 
@@ -154,14 +150,15 @@ def _decay_forward(
     eps: float,
     chunk: int,
 ) -> Tensor:
-    fk, vals, s = masked_inputs(phi_k, v, k_log_scale, key_padding_mask)
+    fk, vals, s = masked_keys(phi_k, v, k_log_scale, key_padding_mask)
     lq, lk = phi_q.shape[2], fk.shape[2]
     length = max(lq, lk)  # the recurrences run over positions: pad the shorter side
     fq = F.pad(phi_q, (0, 0, 0, length - lq))
     fk, vals = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, vals))
     if s is not None:
         s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
-    log_alpha, log_gamma = log_alpha.float(), log_gamma.float()
+    acc = accumulation_dtype(v.dtype)
+    log_alpha, log_gamma = log_alpha.to(acc), log_gamma.to(acc)
     parts = [(decayed_causal_sums_triton(fq, fk, vals, s, log_gamma[:, 0], chunk), 0)]
     if not causal:  # the future side: reversed, keys shifted by one so that j > i strictly
         back = [F.pad(x.flip(2), (0, 0, 1, 0))[:, :, :length] for x in (fk, vals)]
@@ -229,18 +226,18 @@ def decay_linear_attention_triton(
         causal: query i sees keys j <= i (needs Lq == Lk).
         key_padding_mask: ``(B, Lk)`` bool, True marks keys that count nowhere.
         eps: guard of the normaliser.
-        chunk_size: tokens per chunk, a power of two of at least 16.
+        chunk_size: tokens per chunk, a power of two from 16 to 128.
 
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``; gradients those of the PyTorch path.
 
     Raises:
-        ValueError: CPU or float64 tensors (the PyTorch path serves those), mismatched
-            shapes or coefficients, causal with Lq != Lk, or a chunk size that is not a power
-            of two >= 16.
+        ValueError: CPU tensors outside Triton's interpreter, mismatched shapes or
+            coefficients, causal with Lq != Lk, or a chunk size that is not a power of two
+            from 16 to 128.
     """
-    check_kernel_inputs(phi_q, phi_k, v)
-    check_block("chunk_size", chunk_size)
+    s = checked_inputs(phi_q, phi_k, v, k_log_scale)
+    check_chunk(chunk_size)
     h, lq = phi_q.shape[1:3]
     terms = log_alpha.shape
     if log_gamma.shape != terms or len(terms) != 3 or terms[:2] != (h, 2):
@@ -252,6 +249,6 @@ def decay_linear_attention_triton(
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={phi_k.shape[2]}")
     return kernel_with_reference_grad(
         _decay_forward, _decay_reference,
-        (phi_q, phi_k, v, log_alpha, log_gamma, k_log_scale, key_padding_mask),
+        (phi_q, phi_k, v, log_alpha, log_gamma, s, key_padding_mask),
         causal=causal, eps=float(eps), chunk=int(chunk_size),
     )  # fmt: skip

@@ -1,10 +1,14 @@
 """Which implementation the sums of kernelized attention run: the ``backend`` option.
 
 * ``"torch"`` — the PyTorch paths of :mod:`kattn.functional` (every device, every case).
-* ``"triton"`` — the Triton kernels of this package for the plain linear aggregator: causal
+* ``"triton"`` — the Triton kernels of this package: for the plain linear aggregator, causal
   and non-causal forward and backward, key padding, key log-scales, the decoding step and a
-  prefill without a graph. A call they do not cover raises ``NotImplementedError`` saying
-  why; CUDA tensors, or CPU tensors in Triton's interpreter (``TRITON_INTERPRET=1``).
+  prefill without a graph; for the relative positional encodings that have kernels
+  (:mod:`~kattn.ops.triton.rpe_dispatch`: ``DecayBias`` ``"recurrent"``, ``BucketedBias``
+  ``"banded"``, the 1-D ``ToeplitzBias`` ``"dense"``/``"auto"``), ``attend`` (their decoding
+  stays on PyTorch). A call they do not cover raises ``NotImplementedError`` saying why, an
+  encoding without a kernel already at construction; CUDA tensors, or CPU tensors in
+  Triton's interpreter (``TRITON_INTERPRET=1``).
 * ``"auto"`` (the default) — the kernels when they cover the call, the tensors are on CUDA
   in fp32/fp16/bf16 and triton imports; else the PyTorch path. On the CPU nothing changes.
 
@@ -13,8 +17,6 @@ This module imports triton only when a kernel is chosen, so ``kattn`` works with
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,9 +26,12 @@ from torch import Tensor
 from ...aggregator import Aggregator, LinearAggregator
 from ...functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE, LinearState
 from ...functional.numerics import DEFAULT_EPS
+from .placement import kernels_read, triton_importable
+from .rpe_dispatch import rpe_attend_triton, rpe_kernel_gap
 
 __all__ = [
     "BACKENDS",
+    "TritonEncodingAggregator",
     "TritonLinearAggregator",
     "check_backend",
     "kernel_gap",
@@ -50,21 +55,6 @@ def check_backend(backend: object) -> str:
     return backend
 
 
-@functools.cache
-def triton_importable() -> bool:
-    """Whether ``import triton`` succeeds (asked once per process)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def _interpreted() -> bool:
-    """Whether Triton runs kernels in its interpreter (``TRITON_INTERPRET=1``, on CPU)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def kernel_gap(
     aggregator: Aggregator,
     *,
@@ -76,7 +66,8 @@ def kernel_gap(
     """Why the Triton kernels do not cover this call (None when they do).
 
     Args:
-        aggregator: the mechanism's aggregator; only the plain linear one has kernels.
+        aggregator: the mechanism's aggregator: the plain linear one, or an encoding (whose
+            ``attend`` alone has kernels, :func:`~.rpe_dispatch.rpe_kernel_gap`).
         call: ``"attend"``, ``"step"`` or ``"prefill"``.
         causal: for ``"attend"``, whether the call is causal (the chunked kernels).
         chunk_size: the mechanism's chunk size, which the causal kernels use.
@@ -84,10 +75,7 @@ def kernel_gap(
             tensors, None, or tuples of them such as a state.
     """
     if type(aggregator) is not LinearAggregator:
-        return (
-            f"its aggregator is {type(aggregator).__name__} (relative positional weights), and "
-            "backend= sends only the plain linear aggregator (rpe=None) to the Triton kernels"
-        )
+        return _encoding_gap(aggregator, call)
     uses_chunks = call == "prefill" or (call == "attend" and causal)
     if uses_chunks and chunk_size not in KERNEL_CHUNKS:
         return (
@@ -100,6 +88,16 @@ def kernel_gap(
             "torch.no_grad()"
         )
     return None
+
+
+def _encoding_gap(aggregator: Aggregator, call: str) -> str | None:
+    """Why no kernel runs this call of a relative positional encoding (None when one does)."""
+    if call != "attend":
+        return (
+            f"the {call} of {type(aggregator).__name__} (relative positional weights) runs on "
+            "the PyTorch path: its Triton kernel computes attend only"
+        )
+    return rpe_kernel_gap(aggregator)
 
 
 def _flat(items: Iterable[object]) -> list[Tensor]:
@@ -135,7 +133,7 @@ def use_triton(backend: str, gap: str | None, x: Tensor) -> bool:
         raise ImportError(
             "backend='triton' needs triton: pip install 'kattn[gpu]' (Linux), or use backend='auto'"
         )
-    if not (x.device.type == "cuda" or (x.device.type == "cpu" and _interpreted())):
+    if not kernels_read(x):
         raise ValueError(
             f"backend='triton' runs on CUDA tensors, or on CPU tensors with TRITON_INTERPRET=1 "
             f"set before triton is imported; got {x.device.type} tensors"
@@ -145,7 +143,8 @@ def use_triton(backend: str, gap: str | None, x: Tensor) -> bool:
 
 def refuse_uncovered(backend: str, aggregator: Aggregator) -> None:
     """``NotImplementedError`` at construction when ``backend="triton"`` is asked of an
-    aggregator that has no kernel (a relative positional encoding), so no call could run."""
+    aggregator whose ``attend`` has no kernel (an encoding or method without one), so no call
+    could run."""
     gap = kernel_gap(aggregator, call="attend", causal=False)
     if backend == "triton" and gap is not None:
         raise NotImplementedError(
@@ -165,14 +164,51 @@ def select_aggregator(
     tensors: Iterable[object] = (),
 ) -> Aggregator:
     """The aggregator that ``backend`` runs for this call on inputs like ``x``: a
-    :class:`TritonLinearAggregator` or ``aggregator`` itself (arguments as
-    :func:`kernel_gap`; errors as :func:`use_triton`)."""
+    :class:`TritonLinearAggregator`, a :class:`TritonEncodingAggregator` or ``aggregator``
+    itself (arguments as :func:`kernel_gap`; errors as :func:`use_triton`)."""
     if backend == "torch" or (backend == "auto" and x.device.type != "cuda"):
         return aggregator
     gap = kernel_gap(aggregator, call=call, causal=causal, chunk_size=chunk_size, tensors=tensors)
     if not use_triton(backend, gap, x):
         return aggregator
+    if type(aggregator) is not LinearAggregator:
+        return TritonEncodingAggregator(aggregator)
     return TritonLinearAggregator(num_heads=getattr(aggregator, "num_heads", x.shape[1]))
+
+
+class TritonEncodingAggregator(Aggregator):
+    """A relative positional encoding's ``attend`` by its Triton kernel
+    (:func:`~kattn.ops.triton.rpe_dispatch.rpe_attend_triton`): the same result, gradients
+    reaching the encoding's own parameters; it holds the encoding without owning it (no
+    parameters, no state_dict of its own)."""
+
+    supports_recurrent = False
+    encoding: Aggregator
+
+    def __init__(self, encoding: Aggregator) -> None:
+        super().__init__()
+        self.__dict__["encoding"] = encoding  # not a child module: the mechanism owns it
+
+    def attend(
+        self,
+        phi_q: Tensor,
+        phi_k: Tensor,
+        v: Tensor,
+        *,
+        causal: bool = False,
+        k_log_scale: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        eps: float = DEFAULT_EPS,
+        positive_features: bool = False,
+    ) -> Tensor:
+        """:func:`~kattn.ops.triton.rpe_dispatch.rpe_attend_triton` of the encoding
+        (``block_size`` and ``positive_features`` tune the PyTorch paths only)."""
+        return rpe_attend_triton(
+            self.encoding, phi_q, phi_k, v, causal=causal, k_log_scale=k_log_scale,
+            key_padding_mask=key_padding_mask, chunk_size=chunk_size, eps=eps,
+        )  # fmt: skip
 
 
 class TritonLinearAggregator(LinearAggregator):

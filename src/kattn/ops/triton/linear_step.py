@@ -17,7 +17,8 @@ from torch import Tensor
 
 from ...functional.linear_causal import LinearState, checked_state
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype
-from .common import acc_type, block, check_device, guard, tl, triton
+from .common import acc_type, block, guard, tl, triton
+from .placement import check_device
 
 __all__ = ["linear_step_triton"]
 

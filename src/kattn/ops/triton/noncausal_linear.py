@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, exp_nonpositive
-from .common import acc_type, block, check_device, guard, masked_keys, tl, triton
+from .common import acc_type, block, checked_inputs, guard, masked_keys, tl, triton
 from .linear_backward import output_gradients
 
 __all__ = ["linear_attention_triton"]
@@ -248,20 +248,7 @@ def linear_attention_triton(
     Raises:
         ValueError: tensors on the CPU outside the interpreter, or mismatched shapes.
     """
-    check_device(v)
-    (b, h, _, m), (bk, hk, lk, mk) = phi_q.shape, phi_k.shape
-    if (b, h, m) != (bk, hk, mk) or phi_k.shape[:3] != v.shape[:3]:
-        raise ValueError(
-            f"phi_q must be (B, H, Lq, M), phi_k (B, H, Lk, M) and v (B, H, Lk, Dv), got "
-            f"{tuple(phi_q.shape)}, {tuple(phi_k.shape)} and {tuple(v.shape)}"
-        )
-    s = None
-    if k_log_scale is not None:
-        if k_log_scale.shape != (b, h, lk):
-            raise ValueError(
-                f"k_log_scale must be (B, H, Lk) = {(b, h, lk)}, got {tuple(k_log_scale.shape)}"
-            )
-        s = k_log_scale.to(accumulation_dtype(v.dtype))
+    s = checked_inputs(phi_q, phi_k, v, k_log_scale)
     fk, v, s = masked_keys(phi_k, v, s, key_padding_mask)
     out: Tensor = _NonCausalLinear.apply(phi_q.contiguous(), fk, v, s, float(eps))
     return out

@@ -9,7 +9,8 @@ attention does: it looks the log-coefficients up in the ``(H, K)`` table, keeps 
 maximum ``m_i`` and rescales its fp32 sums whenever it grows, so nothing of size ``Lq·Lk`` is
 stored and no weight exceeds 1. O(Lq·Lk·(M + Dv)) time (half when causal), O(L·(M + Dv))
 memory. Gradients are those of the PyTorch blocked path, recomputed in backward (exact, not
-fast). Inputs may be fp16, bf16 or fp32; the output has the dtype of ``v``.
+fast). Inputs may be fp16, bf16, fp32 or fp64; sums are fp32 (fp64 for fp64 inputs); the
+output has the dtype of ``v``.
 """
 
 from __future__ import annotations
@@ -17,25 +18,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ...functional.numerics import DEFAULT_EPS, guard_normaliser
+from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, guard_normaliser
 from ...functional.rpe_blocked import ToeplitzRows, rpe_linear_attention_blocked
-from .recompute import (
+from .common import (
     NO_OFFSET,
-    block_size,
-    check_block,
-    check_kernel_inputs,
+    acc_type,
+    block,
+    check_chunk,
+    checked_inputs,
     dot_precision,
-    kernel_with_reference_grad,
-    masked_inputs,
+    masked_keys,
+    tl,
+    triton,
 )
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError as error:  # pragma: no cover - exercised where triton is absent
-    raise ImportError(
-        "the Triton kernels need triton: pip install 'kattn[gpu]' (or pip install triton)"
-    ) from error
+from .recompute import kernel_with_reference_grad
 
 __all__ = ["rpe_window_sums_triton", "toeplitz_linear_attention_triton"]
 
@@ -48,7 +44,7 @@ def _rpe_window_sums(
     q_ptr, k_ptr, v_ptr, s_ptr, t_ptr, num_ptr, den_ptr, max_ptr,
     lq, lk, m, dv, heads, table, zero, lo, hi, no_offset,
     CAUSAL: tl.constexpr, HAS_S: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr,
-    BM: tl.constexpr, BDV: tl.constexpr, PRECISION: tl.constexpr,
+    BM: tl.constexpr, BDV: tl.constexpr, PRECISION: tl.constexpr, ACC: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0).to(tl.int64)  # (batch, head); B·H·L·M may pass 2³¹
     i0 = tl.program_id(1) * BQ
@@ -65,10 +61,10 @@ def _rpe_window_sums(
     rows = i0 + tl.arange(0, BQ)
     in_q = rows < lq
     fq = in_q[:, None] & (cols_m[None, :] < m)
-    q = tl.load(q_ptr + rows[:, None] * m + cols_m[None, :], mask=fq, other=0.0).to(tl.float32)
-    num = tl.zeros((BQ, BDV), dtype=tl.float32)
-    den = tl.zeros((BQ,), dtype=tl.float32)
-    top = tl.zeros((BQ,), dtype=tl.float32) + no_offset  # m_i: the units of num and den
+    q = tl.load(q_ptr + rows[:, None] * m + cols_m[None, :], mask=fq, other=0.0).to(ACC)
+    num = tl.zeros((BQ, BDV), dtype=ACC)
+    den = tl.zeros((BQ,), dtype=ACC)
+    top = tl.zeros((BQ,), dtype=ACC) + no_offset  # m_i: the units of num and den
     # the keys some query of the block sees: offsets lo <= j − i <= hi (and j <= i if causal)
     first = tl.maximum(i0 + lo, 0)
     last = tl.minimum(i0 + BQ - 1 + hi, lk - 1)
@@ -79,16 +75,16 @@ def _rpe_window_sums(
         in_k = keys <= last
         fk = in_k[:, None] & (cols_m[None, :] < m)
         fv = in_k[:, None] & (cols_v[None, :] < dv)
-        k = tl.load(k_ptr + keys[:, None] * m + cols_m[None, :], mask=fk, other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + keys[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + keys[:, None] * m + cols_m[None, :], mask=fk, other=0.0).to(ACC)
+        v = tl.load(v_ptr + keys[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
         offsets = keys[None, :] - rows[:, None]  # j − i
         seen = in_q[:, None] & in_k[None, :] & (offsets >= lo) & (offsets <= hi)
         if CAUSAL:
             seen = seen & (offsets <= 0)
         index = tl.minimum(tl.maximum(offsets + zero, 0), table - 1)
-        logits = tl.load(t_ptr + index, mask=seen, other=0.0).to(tl.float32)
+        logits = tl.load(t_ptr + index, mask=seen, other=0.0).to(ACC)
         if HAS_S:
-            logits += tl.load(s_ptr + keys, mask=in_k, other=0.0).to(tl.float32)[None, :]
+            logits += tl.load(s_ptr + keys, mask=in_k, other=0.0).to(ACC)[None, :]
         logits = tl.where(seen, logits, float("-inf"))
         grown = tl.maximum(top, tl.max(logits, axis=1))
         rescale = tl.exp(top - grown)
@@ -113,7 +109,7 @@ def rpe_window_sums_triton(
     offsets: tuple[int, int],
     *,
     causal: bool,
-    block: int = DEFAULT_BLOCK,
+    chunk: int = DEFAULT_BLOCK,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The sums of the module docstring over the keys ``lo <= j − i <= hi`` (``offsets``).
 
@@ -123,7 +119,7 @@ def rpe_window_sums_triton(
         log_coeff: ``(H, K)``: entry ``zero + o`` is ``b`` of offset o, the ends holding for
             every offset beyond them.
         causal: only keys ``j <= i`` besides.
-        block: queries per program and keys per step, a power of two of at least 16.
+        chunk: queries per program and keys per step, a power of two from 16 to 128.
 
     Returns:
         ``num (B, H, Lq, Dv)``, ``den (B, H, Lq)`` and ``m (B, H, Lq)`` (a very negative
@@ -132,7 +128,7 @@ def rpe_window_sums_triton(
     b, h, lq, m = fq.shape
     lk, dv = fk.shape[2], v.shape[-1]
     fq, fk, v = (x.contiguous() for x in (fq, fk, v))
-    dtype = torch.float32
+    dtype = accumulation_dtype(v.dtype)
     num = torch.empty(b, h, lq, dv, dtype=dtype, device=v.device)
     den = torch.empty(b, h, lq, dtype=dtype, device=v.device)
     top = torch.empty(b, h, lq, dtype=dtype, device=v.device)
@@ -141,11 +137,11 @@ def rpe_window_sums_triton(
     s_arg = fq if s is None else s.to(dtype).contiguous()  # (never read without HAS_S)
     table = log_coeff.detach().to(device=v.device, dtype=dtype).contiguous()
     lo, hi = offsets
-    grid = (b * h, triton.cdiv(lq, block))
+    grid = (b * h, triton.cdiv(lq, chunk))
     _rpe_window_sums[grid](
         fq, fk, v, s_arg, table, num, den, top, lq, lk, m, dv, h, table.shape[-1], zero, lo, hi,
-        NO_OFFSET, CAUSAL=causal, HAS_S=s is not None, BQ=block, BK=block, BM=block_size(m),
-        BDV=block_size(dv), PRECISION=dot_precision(v.dtype),
+        NO_OFFSET, CAUSAL=causal, HAS_S=s is not None, BQ=chunk, BK=chunk, BM=block(m),
+        BDV=block(dv), PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
     )  # fmt: skip
     return num, den, top
 
@@ -160,12 +156,12 @@ def _toeplitz_forward(
     *,
     causal: bool,
     eps: float,
-    block: int,
+    chunk: int,
 ) -> Tensor:
-    fk, vals, s = masked_inputs(phi_k, v, k_log_scale, key_padding_mask)
+    fk, vals, s = masked_keys(phi_k, v, k_log_scale, key_padding_mask)
     lq, lk = phi_q.shape[2], fk.shape[2]
     num, den, _ = rpe_window_sums_triton(
-        phi_q, fk, vals, s, log_coeff, lq - 1, (-(lq - 1), lk - 1), causal=causal, block=block
+        phi_q, fk, vals, s, log_coeff, lq - 1, (-(lq - 1), lk - 1), causal=causal, chunk=chunk
     )
     return (num / guard_normaliser(den[..., None], eps)).to(v.dtype)
 
@@ -180,7 +176,7 @@ def _toeplitz_reference(
     *,
     causal: bool,
     eps: float,
-    block: int,
+    chunk: int,
 ) -> Tensor:
     return rpe_linear_attention_blocked(
         phi_q, phi_k, v, ToeplitzRows(log_coeff, phi_q.shape[2]), causal=causal,
@@ -211,19 +207,19 @@ def toeplitz_linear_attention_triton(
         causal: query i sees keys j <= i (needs Lq == Lk).
         key_padding_mask: ``(B, Lk)`` bool, True marks keys that count nowhere.
         eps: guard of the normaliser (in units of each row's largest weight).
-        block_size: queries per program and keys per step, a power of two of at least 16.
+        block_size: queries per program and keys per step, a power of two from 16 to 128.
 
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``; rows that see no key give 0; gradients
         those of the PyTorch blocked path.
 
     Raises:
-        ValueError: CPU or float64 tensors (the PyTorch path serves those), mismatched
-            shapes or coefficients, causal with Lq != Lk, or a block size that is not a power
-            of two >= 16.
+        ValueError: CPU tensors outside Triton's interpreter, mismatched shapes or
+            coefficients, causal with Lq != Lk, or a block size that is not a power of two
+            from 16 to 128.
     """
-    check_kernel_inputs(phi_q, phi_k, v)
-    check_block("block_size", block_size)
+    s = checked_inputs(phi_q, phi_k, v, k_log_scale)
+    check_chunk(block_size, "block_size")
     h, lq = phi_q.shape[1:3]
     lk = phi_k.shape[2]
     if log_coeff.shape != (h, lq + lk - 1):
@@ -235,6 +231,6 @@ def toeplitz_linear_attention_triton(
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
     return kernel_with_reference_grad(
         _toeplitz_forward, _toeplitz_reference,
-        (phi_q, phi_k, v, log_coeff, k_log_scale, key_padding_mask),
-        causal=causal, eps=float(eps), block=int(block_size),
+        (phi_q, phi_k, v, log_coeff, s, key_padding_mask),
+        causal=causal, eps=float(eps), chunk=int(block_size),
     )  # fmt: skip
