@@ -23,12 +23,11 @@ of ``v``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ...functional.banded import banded_linear_attention
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, guard_normaliser, log_floor
-from .common import check_chunk, checked_inputs, masked_keys
+from .common import check_chunk, checked_inputs, delayed, masked_keys, one_length
 from .decay import decayed_causal_sums_triton
 from .recompute import kernel_with_reference_grad
 from .toeplitz_blocked import rpe_window_sums_triton
@@ -39,21 +38,13 @@ __all__ = ["banded_linear_attention_triton"]
 DEFAULT_CHUNK = 32
 
 
-def _delayed(x: Tensor, delay: int, value: float = 0.0) -> Tensor:
-    """``x (B, H, T, ·)`` or ``(B, H, T)`` moved ``delay`` positions later (``value`` first)."""
-    length = x.shape[2]
-    if x.dim() == 3:
-        return F.pad(x, (delay, 0), value=value)[:, :, :length]
-    return F.pad(x, (0, 0, delay, 0), value=value)[:, :, :length]
-
-
 def _far_field(
     fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, delay: int, chunk: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``num, den, offset`` of ``Σ_{j <= i − delay}`` over sequences of one length T."""
     acc = accumulation_dtype(v.dtype)
-    keys = _delayed(fk, delay), _delayed(v, delay)
-    s_far = None if s is None else _delayed(s, delay, log_floor(acc))
+    keys = delayed(fk, delay), delayed(v, delay)
+    s_far = None if s is None else delayed(s, delay, log_floor(acc))
     no_decay = fq.new_zeros(fq.shape[1], 1, dtype=acc)
     num, den, off = decayed_causal_sums_triton(fq, *keys, s_far, no_decay, chunk)
     return num[:, :, 0], den[:, :, 0], off[:, :, 0]
@@ -73,7 +64,7 @@ def _banded_forward(
     chunk: int,
 ) -> Tensor:
     fk, vals, s = masked_keys(phi_k, v, k_log_scale, key_padding_mask)
-    lq, lk = phi_q.shape[2], fk.shape[2]
+    lq = phi_q.shape[2]
     right = log_coeff.shape[-1] - 1 - left
     log_coeff = log_coeff.to(accumulation_dtype(v.dtype))
     band = (-(left - 1), 0 if causal else right - 1)
@@ -82,11 +73,7 @@ def _banded_forward(
     )
     parts = [(num, den, top)]
     # the far fields run over one length T: queries and keys padded to it
-    length = max(lq, lk)
-    fq = F.pad(phi_q, (0, 0, 0, length - lq))
-    fk, vals = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, vals))
-    if s is not None:
-        s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
+    fq, fk, vals, s = one_length(phi_q, fk, vals, s)
     num, den, off = _far_field(fq, fk, vals, s, left, chunk)
     parts.append((num[:, :, :lq], den[:, :, :lq], off[:, :, :lq] + log_coeff[:, 0, None]))
     if not causal:  # keys j >= i + right: reversed, they are j' <= i' − right
@@ -100,25 +87,6 @@ def _banded_forward(
     den = sum(p[1] * wp for p, wp in zip(parts, w, strict=True))
     assert isinstance(num, Tensor) and isinstance(den, Tensor)
     return (num / guard_normaliser(den[..., None], eps)).to(v.dtype)
-
-
-def _banded_reference(
-    phi_q: Tensor,
-    phi_k: Tensor,
-    v: Tensor,
-    log_coeff: Tensor,
-    k_log_scale: Tensor | None,
-    key_padding_mask: Tensor | None,
-    *,
-    left: int,
-    causal: bool,
-    eps: float,
-    chunk: int,
-) -> Tensor:
-    return banded_linear_attention(
-        phi_q, phi_k, v, log_coeff, left, causal=causal, k_log_scale=k_log_scale,
-        key_padding_mask=key_padding_mask, eps=eps,
-    )  # fmt: skip
 
 
 def banded_linear_attention_triton(
@@ -169,8 +137,10 @@ def banded_linear_attention_triton(
         raise ValueError(f"the band needs left >= 1 and right >= 1, got {left} and {right}")
     if causal and lq != phi_k.shape[2]:
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={phi_k.shape[2]}")
+    tensors = dict(phi_q=phi_q, phi_k=phi_k, v=v, log_coeff=log_coeff, k_log_scale=s,
+                   key_padding_mask=key_padding_mask)  # fmt: skip
     return kernel_with_reference_grad(
-        _banded_forward, _banded_reference,
-        (phi_q, phi_k, v, log_coeff, s, key_padding_mask),
-        left=int(left), causal=causal, eps=float(eps), chunk=int(chunk_size),
+        _banded_forward, banded_linear_attention, tensors,
+        options=dict(left=int(left), causal=causal, eps=float(eps)),
+        kernel_options=dict(chunk=int(chunk_size)),
     )  # fmt: skip

@@ -19,7 +19,6 @@ the dtype of ``v``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ...functional.decay import decay_linear_attention
@@ -30,8 +29,10 @@ from .common import (
     block,
     check_chunk,
     checked_inputs,
+    delayed,
     dot_precision,
     masked_keys,
+    one_length,
     tl,
     triton,
 )
@@ -151,20 +152,15 @@ def _decay_forward(
     chunk: int,
 ) -> Tensor:
     fk, vals, s = masked_keys(phi_k, v, k_log_scale, key_padding_mask)
-    lq, lk = phi_q.shape[2], fk.shape[2]
-    length = max(lq, lk)  # the recurrences run over positions: pad the shorter side
-    fq = F.pad(phi_q, (0, 0, 0, length - lq))
-    fk, vals = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, vals))
-    if s is not None:
-        s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
+    lq = phi_q.shape[2]
+    # the recurrences run over positions: the shorter side padded
+    fq, fk, vals, s = one_length(phi_q, fk, vals, s)
     acc = accumulation_dtype(v.dtype)
     log_alpha, log_gamma = log_alpha.to(acc), log_gamma.to(acc)
     parts = [(decayed_causal_sums_triton(fq, fk, vals, s, log_gamma[:, 0], chunk), 0)]
     if not causal:  # the future side: reversed, keys shifted by one so that j > i strictly
-        back = [F.pad(x.flip(2), (0, 0, 1, 0))[:, :, :length] for x in (fk, vals)]
-        s_back = None
-        if s is not None:
-            s_back = F.pad(s.flip(2), (1, 0), value=log_floor(s.dtype))[:, :, :length]
+        back = [delayed(x.flip(2), 1) for x in (fk, vals)]
+        s_back = None if s is None else delayed(s.flip(2), 1, log_floor(s.dtype))
         num, den, off = decayed_causal_sums_triton(
             fq.flip(2), back[0], back[1], s_back, log_gamma[:, 1], chunk
         )
@@ -181,25 +177,6 @@ def _decay_forward(
     num = (num * w[..., None]).sum(dim=2)[:, :, :lq]
     den = (den * w).sum(dim=2)[:, :, :lq, None]
     return (num / guard_normaliser(den, eps)).to(v.dtype)
-
-
-def _decay_reference(
-    phi_q: Tensor,
-    phi_k: Tensor,
-    v: Tensor,
-    log_alpha: Tensor,
-    log_gamma: Tensor,
-    k_log_scale: Tensor | None,
-    key_padding_mask: Tensor | None,
-    *,
-    causal: bool,
-    eps: float,
-    chunk: int,
-) -> Tensor:
-    return decay_linear_attention(
-        phi_q, phi_k, v, log_alpha, log_gamma, causal=causal, k_log_scale=k_log_scale,
-        key_padding_mask=key_padding_mask, eps=eps,
-    )  # fmt: skip
 
 
 def decay_linear_attention_triton(
@@ -247,8 +224,9 @@ def decay_linear_attention_triton(
         )
     if causal and lq != phi_k.shape[2]:
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={phi_k.shape[2]}")
+    tensors = dict(phi_q=phi_q, phi_k=phi_k, v=v, log_alpha=log_alpha, log_gamma=log_gamma,
+                   k_log_scale=s, key_padding_mask=key_padding_mask)  # fmt: skip
     return kernel_with_reference_grad(
-        _decay_forward, _decay_reference,
-        (phi_q, phi_k, v, log_alpha, log_gamma, s, key_padding_mask),
-        causal=causal, eps=float(eps), chunk=int(chunk_size),
+        _decay_forward, decay_linear_attention, tensors,
+        options=dict(causal=causal, eps=float(eps)), kernel_options=dict(chunk=int(chunk_size)),
     )  # fmt: skip

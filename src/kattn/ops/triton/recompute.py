@@ -13,8 +13,8 @@ __all__ = ["kernel_with_reference_grad"]
 
 
 class _KernelForward(torch.autograd.Function):
-    """``kernel(*tensors, **options)`` forward; backward differentiates
-    ``reference(*tensors, **options)`` recomputed from the saved inputs (exact gradients,
+    """``kernel(**tensors, **options, **kernel_options)`` forward; backward differentiates
+    ``reference(**tensors, **options)`` recomputed from the saved inputs (exact gradients,
     the PyTorch path's memory and time)."""
 
     @staticmethod
@@ -22,35 +22,44 @@ class _KernelForward(torch.autograd.Function):
         ctx: Any,
         kernel: Callable[..., Tensor],
         reference: Callable[..., Tensor],
+        names: tuple[str, ...],
         options: dict[str, Any],
+        kernel_options: dict[str, Any],
         *tensors: Tensor | None,
     ) -> Tensor:
-        ctx.reference, ctx.options = reference, options
+        ctx.reference, ctx.names, ctx.options = reference, names, options
         ctx.save_for_backward(*tensors)
-        return kernel(*tensors, **options)
+        return kernel(**dict(zip(names, tensors, strict=True)), **options, **kernel_options)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         saved = ctx.saved_tensors
-        wanted = ctx.needs_input_grad[3:]
+        wanted = ctx.needs_input_grad[5:]
         with torch.enable_grad():
             inputs = [
                 None if x is None else x.detach().requires_grad_(need)
                 for x, need in zip(saved, wanted, strict=True)
             ]
-            out = ctx.reference(*inputs, **ctx.options)
+            out = ctx.reference(**dict(zip(ctx.names, inputs, strict=True)), **ctx.options)
             leaves = [x for x in inputs if x is not None and x.requires_grad]
             found = iter(torch.autograd.grad(out, leaves, grad, allow_unused=True))
         grads = [next(found) if x is not None and x.requires_grad else None for x in inputs]
-        return (None, None, None, *grads)
+        return (None, None, None, None, None, *grads)
 
 
 def kernel_with_reference_grad(
     kernel: Callable[..., Tensor],
     reference: Callable[..., Tensor],
-    tensors: tuple[Tensor | None, ...],
-    **options: Any,
+    tensors: dict[str, Tensor | None],
+    *,
+    options: dict[str, Any],
+    kernel_options: dict[str, Any],
 ) -> Tensor:
-    """``kernel(*tensors, **options)``, differentiable as ``reference`` (same arguments)."""
-    out: Tensor = _KernelForward.apply(kernel, reference, options, *tensors)
+    """``kernel(**tensors, **options, **kernel_options)``, differentiable as
+    ``reference(**tensors, **options)`` (the PyTorch path; ``kernel_options`` such as a chunk
+    size are the kernel's alone)."""
+    names = tuple(tensors)
+    out: Tensor = _KernelForward.apply(
+        kernel, reference, names, options, kernel_options, *tensors.values()
+    )
     return out

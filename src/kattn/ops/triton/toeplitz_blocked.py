@@ -15,6 +15,8 @@ output has the dtype of ``v``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -167,21 +169,11 @@ def _toeplitz_forward(
 
 
 def _toeplitz_reference(
-    phi_q: Tensor,
-    phi_k: Tensor,
-    v: Tensor,
-    log_coeff: Tensor,
-    k_log_scale: Tensor | None,
-    key_padding_mask: Tensor | None,
-    *,
-    causal: bool,
-    eps: float,
-    chunk: int,
+    phi_q: Tensor, phi_k: Tensor, v: Tensor, log_coeff: Tensor, **options: Any
 ) -> Tensor:
-    return rpe_linear_attention_blocked(
-        phi_q, phi_k, v, ToeplitzRows(log_coeff, phi_q.shape[2]), causal=causal,
-        k_log_scale=k_log_scale, key_padding_mask=key_padding_mask, eps=eps,
-    )  # fmt: skip
+    """The PyTorch blocked path with the rows of these log-coefficients."""
+    rows = ToeplitzRows(log_coeff, phi_q.shape[2])
+    return rpe_linear_attention_blocked(phi_q, phi_k, v, rows, **options)
 
 
 def toeplitz_linear_attention_triton(
@@ -229,8 +221,9 @@ def toeplitz_linear_attention_triton(
         )
     if causal and lq != lk:
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
+    tensors = dict(phi_q=phi_q, phi_k=phi_k, v=v, log_coeff=log_coeff, k_log_scale=s,
+                   key_padding_mask=key_padding_mask)  # fmt: skip
     return kernel_with_reference_grad(
-        _toeplitz_forward, _toeplitz_reference,
-        (phi_q, phi_k, v, log_coeff, s, key_padding_mask),
-        causal=causal, eps=float(eps), chunk=int(block_size),
+        _toeplitz_forward, _toeplitz_reference, tensors,
+        options=dict(causal=causal, eps=float(eps)), kernel_options=dict(chunk=int(block_size)),
     )  # fmt: skip
