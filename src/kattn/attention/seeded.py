@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ..checks import int_at_least
+from ..extra_state import INT64_MAX, counters_from_state, counters_to_tensor
 from ..features.base import in_backward
 
 _T = TypeVar("_T")
@@ -53,6 +54,8 @@ class SeededDraws:
 
     def _init_seeded(self, seed: int) -> None:
         self.seed = int_at_least("seed", seed, 0)
+        if seed > INT64_MAX:  # the extra state keeps it in an int64
+            raise ValueError(f"seed must be below 2**63, got {seed!r}")
         self._draws = 0  # training draws so far
         self._eval_draws: dict[tuple[Hashable, ...], Any] = {}
 
@@ -103,16 +106,14 @@ class SeededDraws:
             ),
         )
 
-    def get_extra_state(self) -> dict[str, int]:
-        """The seed and the number of training draws: a reloaded module has the same eval
-        draws and continues the same sequence of training draws."""
-        return {"seed": self.seed, "draws": self._draws}
+    def get_extra_state(self) -> Tensor:
+        """The seed and the number of training draws, ``[seed, draws]`` as an ``int64`` tensor
+        (see :mod:`kattn.extra_state`): a reloaded module has the same eval draws and continues
+        the same sequence of training draws."""
+        return counters_to_tensor([self.seed, self._draws])
 
     def set_extra_state(self, state: Any) -> None:
-        ok = isinstance(state, dict) and all(
-            isinstance(state.get(key), int) and state[key] >= 0 for key in ("seed", "draws")
-        )
-        if not ok:
-            raise ValueError(f"expected {{'seed': int >= 0, 'draws': int >= 0}}, got {state!r}")
-        self.seed, self._draws = state["seed"], state["draws"]
+        """Restore the seed and draws that :meth:`get_extra_state` (or an older checkpoint's
+        dict ``{"seed": int, "draws": int}``) recorded."""
+        self.seed, self._draws = counters_from_state(state, ["seed", "draws"])
         self._eval_draws.clear()

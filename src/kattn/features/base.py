@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..checks import is_positive_int
+from ..extra_state import counters_from_state, counters_to_tensor
 from ..registry import FEATURE_MAPS, caller_module
 
 
@@ -122,15 +123,16 @@ class ResampledFeatureMap(FeatureMap):
         self._redraw()
         self._steps_since_redraw = 0
 
-    def get_extra_state(self) -> dict[str, int]:
-        """The position in the redraw schedule, kept in ``state_dict()`` so that a resumed run
+    def get_extra_state(self) -> Tensor:
+        """The position in the redraw schedule, ``[steps_since_redraw]`` as an ``int64``
+        tensor (see :mod:`kattn.extra_state`), kept in ``state_dict()`` so that a resumed run
         redraws at the same steps as an uninterrupted one."""
-        return {"steps_since_redraw": self._steps_since_redraw}
+        return counters_to_tensor([self._steps_since_redraw])
 
     def set_extra_state(self, state: Any) -> None:
-        if not isinstance(state, dict) or not isinstance(state.get("steps_since_redraw"), int):
-            raise ValueError(f"expected {{'steps_since_redraw': int}}, got {state!r}")
-        self._steps_since_redraw = state["steps_since_redraw"]
+        """Restore the position that :meth:`get_extra_state` (or an older checkpoint's dict
+        ``{"steps_since_redraw": int}``) recorded."""
+        (self._steps_since_redraw,) = counters_from_state(state, ["steps_since_redraw"])
 
     @torch.compiler.disable
     def training_step(self) -> None:

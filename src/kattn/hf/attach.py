@@ -23,7 +23,6 @@ from transformers.cache_utils import EncoderDecoderCache
 from ..attention.base import Attention
 from ..registry import build
 from .cache import prepare_layer
-from .extra_state import store_extra_state_as_tensors
 from .names import PREFIX, mechanism_of
 
 #: The attribute of each attention module that holds its kattn module.
@@ -129,7 +128,6 @@ def attach(module: Any, mechanism: str, options: dict[str, Any], **kwargs: Any) 
     install the pre-hook; returns it. Built on the meta device (a model that transformers is
     about to load), it is :func:`complete` d at the first forward, if not before."""
     attn = build_for(module, mechanism, options, **kwargs).train(module.training)
-    store_extra_state_as_tensors(attn)
     setattr(module, ATTRIBUTE, attn)
     module._kattn_mechanism = mechanism
     module._kattn_options = dict(options)
@@ -148,7 +146,6 @@ def complete(module: Any) -> None:
     old = getattr(module, ATTRIBUTE)
     fresh = build_for(module, module._kattn_mechanism, module._kattn_options)
     if any(t.is_meta for t in _tensors(old)):  # never loaded: nothing to keep
-        store_extra_state_as_tensors(fresh)
         setattr(module, ATTRIBUTE, fresh.train(module.training))
     else:
         new = dict(_named_tensors(fresh))
