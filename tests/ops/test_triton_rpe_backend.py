@@ -93,3 +93,24 @@ def test_auto_keeps_the_cpu_on_the_pytorch_path(monkeypatch: pytest.MonkeyPatch)
     attn = kattn.build("nprf_rpe", head_dim=D, num_heads=H, rpe="bucketed", num_features=16)
     q, k, v = inputs(dtype=torch.float32, device="cpu")
     assert torch.isfinite(attn.eval()(q, k, v, causal=True)).all()
+
+
+def test_auto_keeps_the_fft_where_the_encoding_would_choose_it(monkeypatch):
+    """Under ``"auto"``, a Toeplitz encoding of method ``"auto"`` whose own choice is the FFT
+    (long sequences) runs its FFT path, not the exact O(L²) kernel; ``"triton"`` runs the
+    kernel as asked."""
+    attn = kattn.build("nprf_rpe", head_dim=D, num_heads=H, max_len=32, rpe="toeplitz")
+    encoding = attn.rpe
+    calls: list[str] = []
+    monkeypatch.setattr(type(encoding), "_auto_method", lambda *a: "fft")
+    monkeypatch.setattr(dispatch, "rpe_attend_triton", lambda *a, **k: calls.append("kernel"))
+    g = torch.Generator().manual_seed(0)
+    phi_q, phi_k = torch.rand(2, B, H, L, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
+    kept = dispatch.TritonEncodingAggregator(encoding, keep_fft=True)
+    out = kept.attend(phi_q, phi_k, v, causal=True)
+    assert calls == []
+    expected = encoding.attend(phi_q, phi_k, v, causal=True)
+    assert torch.allclose(out, expected)
+    dispatch.TritonEncodingAggregator(encoding, keep_fft=False).attend(phi_q, phi_k, v)
+    assert calls == ["kernel"]

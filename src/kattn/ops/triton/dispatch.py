@@ -26,6 +26,7 @@ from torch import Tensor
 from ...aggregator import Aggregator, LinearAggregator
 from ...functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE, LinearState
 from ...functional.numerics import DEFAULT_EPS
+from ...positional.base import RelativePositionBias
 from .placement import kernels_read, triton_importable
 from .rpe_dispatch import rpe_attend_triton, rpe_kernel_gap
 
@@ -172,7 +173,7 @@ def select_aggregator(
     if not use_triton(backend, gap, x):
         return aggregator
     if type(aggregator) is not LinearAggregator:
-        return TritonEncodingAggregator(aggregator)
+        return TritonEncodingAggregator(aggregator, keep_fft=backend == "auto")
     return TritonLinearAggregator(num_heads=getattr(aggregator, "num_heads", x.shape[1]))
 
 
@@ -180,14 +181,20 @@ class TritonEncodingAggregator(Aggregator):
     """A relative positional encoding's ``attend`` by its Triton kernel
     (:func:`~kattn.ops.triton.rpe_dispatch.rpe_attend_triton`): the same result, gradients
     reaching the encoding's own parameters; it holds the encoding without owning it (no
-    parameters, no state_dict of its own)."""
+    parameters, no state_dict of its own).
+
+    With ``keep_fft`` (backend ``"auto"``), an encoding of method ``"auto"`` whose own choice
+    for the call is the FFT (long sequences: O(L log L) against the kernel's exact O(L²))
+    runs its PyTorch FFT path instead of the kernel.
+    """
 
     supports_recurrent = False
     encoding: Aggregator
 
-    def __init__(self, encoding: Aggregator) -> None:
+    def __init__(self, encoding: Aggregator, *, keep_fft: bool = False) -> None:
         super().__init__()
         self.__dict__["encoding"] = encoding  # not a child module: the mechanism owns it
+        self.keep_fft = keep_fft
 
     def attend(
         self,
@@ -205,6 +212,18 @@ class TritonEncodingAggregator(Aggregator):
     ) -> Tensor:
         """:func:`~kattn.ops.triton.rpe_dispatch.rpe_attend_triton` of the encoding
         (``block_size`` and ``positive_features`` tune the PyTorch paths only)."""
+        encoding = self.encoding
+        if (
+            self.keep_fft
+            and getattr(encoding, "method", None) == "auto"
+            and isinstance(encoding, RelativePositionBias)
+            and encoding._auto_method(phi_q, phi_k, v, causal) == "fft"
+        ):
+            return encoding.attend(
+                phi_q, phi_k, v, causal=causal, k_log_scale=k_log_scale,
+                key_padding_mask=key_padding_mask, chunk_size=chunk_size,
+                block_size=block_size, eps=eps, positive_features=positive_features,
+            )  # fmt: skip
         return rpe_attend_triton(
             self.encoding, phi_q, phi_k, v, causal=causal, k_log_scale=k_log_scale,
             key_padding_mask=key_padding_mask, chunk_size=chunk_size, eps=eps,
