@@ -2,6 +2,7 @@
 
 import json
 import math
+import sys
 
 import pytest
 import torch
@@ -90,6 +91,26 @@ def test_refusals(checkpoints, tmp_path, capsys):
     assert "--only applies to --run" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["convert", "--hf", str(checkpoints / "bert"), "--run", "r", "--to", "performer"])
+
+
+def test_a_missing_extra_is_one_error_line(checkpoints, monkeypatch, capsys):
+    """Without kattn.hf (transformers not installed: None in sys.modules stops its import)
+    the command says what to install in one line, exit code 2; an ImportError that names no
+    extra is a fault and keeps its traceback."""
+    argv = ["convert", "--hf", str(checkpoints / "bert"), "--to", "performer"]
+    with monkeypatch.context() as patched:
+        patched.setitem(sys.modules, "kattn.hf", None)
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kattn: error: converting a Hugging Face checkpoint needs kattn.hf")
+    assert "pip install kattn[hf]" in err and err.count("\n") == 1
+
+    def broken(*args, **kwargs):
+        raise ImportError("cannot import name 'x' from 'y'")
+
+    monkeypatch.setattr("kattn.cli.convert_hf.convert_hf_checkpoint", broken)
+    with pytest.raises(ImportError, match="cannot import name"):
+        main(argv)
 
 
 def test_windows_cut_the_text_into_equal_pieces():

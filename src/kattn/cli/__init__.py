@@ -44,10 +44,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``kattn argv`` (default: the process's arguments) and return its exit code; the
-    library's errors are printed as one ``kattn: error:`` line with exit code 2."""
+    library's errors, and a missing optional extra, are printed as one ``kattn: error:`` line
+    with exit code 2."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except (ValueError, TypeError, NotImplementedError, FileNotFoundError) as err:
-        print(f"kattn: error: {err}", file=sys.stderr)
-        return 2
+        return _user_error(err)
+    except ImportError as err:
+        if not _names_an_extra(err):  # not a missing extra: a fault, shown with its traceback
+            raise
+        return _user_error(err)
+
+
+def _names_an_extra(error: ImportError) -> bool:
+    """Whether ``error`` is kattn's refusal for a missing optional extra, which says what to
+    install (``pip install kattn[hf]``)."""
+    return "pip install" in str(error)
+
+
+def _user_error(error: Exception) -> int:
+    print(f"kattn: error: {error}", file=sys.stderr)
+    return 2

@@ -45,13 +45,10 @@ def cmd_convert_hf(args: argparse.Namespace, options: dict[str, Any]) -> int:
     for key, flag in RUN_ONLY.items():
         if getattr(args, key, None):
             raise ValueError(f"{flag} applies to --run (a translation run), not to --hf")
-    try:
-        result = convert_hf_checkpoint(
-            args.hf, args.to, options, out=args.out, text=args.text, length=args.length,
-            max_tokens=args.max_tokens, seed=args.seed, device=args.device,
-        )  # fmt: skip
-    except ImportError as error:  # the missing extra, as one error line
-        raise ValueError(str(error)) from None
+    result = convert_hf_checkpoint(
+        args.hf, args.to, options, out=args.out, text=args.text, length=args.length,
+        max_tokens=args.max_tokens, seed=args.seed, device=args.device,
+    )  # fmt: skip
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:
