@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from ..test_benchmark_scripts import run_quick
+
 pytest.importorskip("transformers")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quick_run_writes_results(tmp_path: Path) -> None:
-    script = ROOT / "benchmarks" / "hf_decode.py"
-    done = subprocess.run(
-        [sys.executable, str(script), "--quick", "--threads", "1", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_quick("hf_decode.py", tmp_path)
     (js,) = tmp_path.glob("hf-decode-*-quick.json")
     (md,) = tmp_path.glob("hf-decode-*-quick.md")
     report = json.loads(js.read_text())

@@ -15,6 +15,7 @@ def encoder(**kwargs):
 
 
 def count_calls(model):
+    """A list that every forward of a kattn mechanism inside ``model`` appends to."""
     calls = []
     for module in model.modules():
         if isinstance(module, kattn.Attention):

@@ -9,6 +9,8 @@ import torch
 import kattn
 from kattn.nn.patch_xtransformers import XTransformersAttend
 
+from .test_patch import count_calls
+
 xt = pytest.importorskip("x_transformers")
 
 SIZES = {"dim": 32, "depth": 2, "heads": 4, "attn_dim_head": 8}
@@ -25,14 +27,6 @@ def tokens_and_mask():
     mask = torch.ones(2, 11, dtype=torch.bool)
     mask[1, -4:] = False  # x-transformers' mask: True keeps a token
     return x, mask
-
-
-def count_calls(model):
-    calls = []
-    for module in model.modules():
-        if isinstance(module, kattn.Attention):
-            module.register_forward_hook(lambda *_: calls.append(1))
-    return calls
 
 
 SOFTMAX_CASES = {
