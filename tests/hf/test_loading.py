@@ -40,15 +40,24 @@ def test_round_trip(family: str, tmp_path) -> None:
 
 
 def test_auto_class_and_training_state(tmp_path) -> None:
-    """AutoModelForCausalLM, and the redraw counter of the random features (extra state)."""
+    """AutoModelForCausalLM, and the redraw counter of the random features (extra state),
+    saved by safetensors as an int64 tensor and restored by both loaders."""
     model = hf.use(make("llama").train(), "performer", num_features=16, redraw=5)
     ids = inputs("llama")["input_ids"]
     for _ in range(3):
         model(ids)
     model.save_pretrained(tmp_path)
+    safetensors = pytest.importorskip("safetensors.torch")
+    saved = safetensors.load_file(tmp_path / "model.safetensors")
+    extra = [v for k, v in saved.items() if k.endswith("kattn.feature_map._extra_state")]
+    assert len(extra) == 2 and all(torch.equal(v, torch.tensor([3])) for v in extra)
     loaded = hf.from_pretrained(transformers.AutoModelForCausalLM, str(tmp_path))
-    features = [m.kattn.feature_map for m in hf.attention_modules(loaded)]
-    assert [f._steps_since_redraw for f in features] == [3, 3]
+    plain = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), attn_implementation="kattn:performer"
+    )
+    for again in (loaded, plain):
+        features = [m.kattn.feature_map for m in hf.attention_modules(again)]
+        assert [f._steps_since_redraw for f in features] == [3, 3]
 
 
 def test_a_plain_checkpoint_gets_fresh_kattn_tensors(tmp_path) -> None:
