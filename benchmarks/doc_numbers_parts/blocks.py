@@ -49,6 +49,7 @@ from .tables import (
     times_table,
 )
 from .tables_baselines import baselines_listops, baselines_speed
+from .tables_finetuning import BAG_OF_BYTES, FINETUNING_RUNS, finetuning_runs
 from .tables_nystrom import (
     nystrom_speed,
     pinv_approximation,
@@ -100,4 +101,6 @@ BLOCKS: list[Block] = [
     Block("docs/vision.md", "vit-speed", (VIT_SPEED,), vit_speed),
     Block("docs/pretraining.md", "pretraining-runs", PRETRAINING_RUNS, pretraining_runs),
     Block("docs/pretraining.md", "pretraining-curves", PRETRAINING_RUNS, pretraining_curves),
+    Block("docs/pretraining.md", "finetuning-runs", (*FINETUNING_RUNS, BAG_OF_BYTES),
+          finetuning_runs),
 ]  # fmt: skip

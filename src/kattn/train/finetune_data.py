@@ -24,7 +24,12 @@ from ..data.text_examples import SpecialIds, TextExamples, encode_examples, hold
 from .config import RunConfig
 
 #: the share of train held out for validation, its cap and its seed.
-HOLD_OUT = {"fraction": 0.1, "cap": 10_000, "seed": 0}
+HOLD_OUT_FRACTION, HOLD_OUT_CAP, HOLD_OUT_SEED = 0.1, 10_000, 0
+
+
+def split_train(n: int) -> tuple[list[int], list[int]]:
+    """The kept and the held-out (validation) ones of ``n`` training examples."""
+    return hold_out(n, HOLD_OUT_FRACTION, HOLD_OUT_SEED, HOLD_OUT_CAP)
 
 
 @dataclass
@@ -86,14 +91,14 @@ def load_text_task(
     """The text task of ``config.data``, encoded with ``tokenizer`` and ``vocab``'s special
     ids in sequences of ``max_len`` tokens."""
     train_all, sets, metrics, classes, info = read_texts(config)
-    kept, held = hold_out(len(train_all), **HOLD_OUT)  # type: ignore[arg-type]
+    kept, held = split_train(len(train_all))
     texts = {"train": train_all.subset(kept), "valid": train_all.subset(held), **sets}
     special = SpecialIds(vocab.pad_id, vocab.cls_id, vocab.sep_id)
     splits, cut = {}, {}
     for name, examples in texts.items():
         splits[name], cut[name] = encode_examples(examples, tokenizer.encode, special, max_len)
     info.update({
-        "valid": f"{len(held)} train examples held out at random (seed {HOLD_OUT['seed']})",
+        "valid": f"{len(held)} train examples held out at random (seed {HOLD_OUT_SEED})",
         "sizes": {name: len(split) for name, split in splits.items()},
         "truncated": cut,
         "max_len": max_len,
