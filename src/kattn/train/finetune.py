@@ -214,10 +214,6 @@ class FineTuning(TextClassification):
     task = "finetune"
 
     @staticmethod
-    def has_embedded_data(task: str) -> bool:
-        return True
-
-    @staticmethod
     def check_data_fields(config: RunConfig) -> None:
         TextClassification.check_data_fields(config)
         check_start(config)
