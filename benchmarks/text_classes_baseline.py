@@ -51,11 +51,11 @@ def naive_bayes_accuracy(
     return right / len(test)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", help="a folder in AG News's layout (default: the embedded set)")
     parser.add_argument("--out", required=True, help="the JSON file to write")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     folder = Path(args.data) if args.data else embedded_text_classes()
     data = load_agnews(folder)
     kept, _ = split_train(len(data.train))  # the neural runs' training examples
