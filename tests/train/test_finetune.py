@@ -144,6 +144,15 @@ def test_mnli_reports_both_dev_sets_from_the_command_line(
     assert results["config"]["model"]["dim"] == 16  # the run's, through --from
 
 
+def test_the_command_line_refuses_text_flags_for_other_tasks(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["train", "--task", "mlm", "--from", "runs/x", "--print-config"]) != 0
+    assert "--from is for task finetune, not mlm" in capsys.readouterr().err
+    assert main(["train", "--task", "listops", "--glue", "rte", "--print-config"]) != 0
+    assert "--glue is for tasks text-classification and finetune" in capsys.readouterr().err
+
+
 def test_presets_of_the_papers_resolve() -> None:
     for name, lr in (("luo-bert-base", 2e-5), ("kl-glue", 1e-4)):
         config = preset(name, "finetune")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..train.checkpoint import json_text
-from ..train.config import TASKS, RunConfig
+from ..train.config import TASKS, TEXT_TASKS, RunConfig
 from ..train.distributed import check_device, processes_from_env
 from ..train.finetune import adopt_start
 from ..train.loop import Interrupted, train
@@ -187,6 +187,12 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
 def _config(args: argparse.Namespace) -> RunConfig:
     """The resolved config of the flags; notes the preset's options the mechanism drops."""
     config, dropped = resolve_config(train_options(args))
+    if args.glue and config.data.task not in TEXT_TASKS:
+        raise ValueError(
+            f"--glue is for tasks text-classification and finetune, not {config.data.task}"
+        )
+    if args.from_run and config.data.task != "finetune":
+        raise ValueError(f"--from is for task finetune, not {config.data.task}")
     if args.glue:
         config.data.glue = args.glue
     if args.from_run:
