@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from ..nn.image_grid import IMAGE_POSITIONS
-from .config import DataConfig, ModelConfig, RunConfig
+from .config import TEXT_TASKS, DataConfig, ModelConfig, RunConfig
 
 #: the data fields of the image tasks, and the model fields of the image classifier.
 IMAGE_DATA_FIELDS = ("image_size", "crop_scale", "flip", "randaugment", "mixup", "cutmix")
@@ -37,6 +37,32 @@ def refuse_image_fields(config: RunConfig, *, allow: tuple[str, ...] = ()) -> No
         if key not in allow:
             owner = "image-classification" if key != "data.image_size" else "the image tasks"
             raise ValueError(f"{key} is for {owner}, not {config.data.task}")
+
+
+#: the fields of the text tasks and of task mlm, dotted, with the tasks that read them.
+TEXT_FIELD_TASKS = {
+    "data.mask_prob": ("mlm",),
+    "data.mask_token_share": ("mlm",),
+    "data.random_token_share": ("mlm",),
+    "data.whole_word_mask": ("mlm",),
+    "data.glue": TEXT_TASKS,
+    "model.init_from": ("finetune",),
+}
+
+
+def refuse_text_fields(config: RunConfig) -> None:
+    """``ValueError`` for a field of task ``mlm`` (its masking) or of the text tasks
+    (``data.glue``, ``model.init_from``) changed from its default in a run of a task that
+    does not read it."""
+    task, defaults = config.data.task, RunConfig()
+    for key, tasks in TEXT_FIELD_TASKS.items():
+        section, name = key.split(".")
+        value = getattr(getattr(config, section), name)
+        if task not in tasks and value != getattr(getattr(defaults, section), name):
+            owner = " and ".join(tasks)
+            raise ValueError(
+                f"{key} is for task{'s' if len(tasks) > 1 else ''} {owner}, not {task}"
+            )
 
 
 def _changed(section: Any, default: Any, names: tuple[str, ...], prefix: str) -> list[str]:

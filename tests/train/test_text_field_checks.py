@@ -1,0 +1,52 @@
+"""The fields of task mlm (its masking) and of the text tasks (``data.glue``,
+``model.init_from``) are refused, naming the tasks that read them, when a config of another
+task sets them: through the Python API and through ``kattn train --set``."""
+
+from __future__ import annotations
+
+import pytest
+
+from kattn.cli import main
+from kattn.train import apply_overrides, preset
+from kattn.train.validation import validate
+
+MASKING = ("data.mask_prob=0.2", "data.mask_token_share=0.5", "data.random_token_share=0.2",
+           "data.whole_word_mask=true")  # fmt: skip
+OTHER_TASKS = ("listops", "lm", "translation", "image-classification")
+
+
+@pytest.mark.parametrize("task", OTHER_TASKS)
+@pytest.mark.parametrize("setting", MASKING)
+def test_masking_fields_outside_mlm_are_refused(task: str, setting: str) -> None:
+    key = setting.partition("=")[0]
+    config = apply_overrides(preset("small", task), [setting])
+    with pytest.raises(ValueError, match=rf"^{key} is for task mlm, not {task}$"):
+        validate(config)
+
+
+@pytest.mark.parametrize("task", (*OTHER_TASKS, "mlm"))
+def test_glue_outside_the_text_tasks_is_refused(task: str) -> None:
+    config = apply_overrides(preset("small", task), ['data.glue="rte"'])
+    message = rf"^data\.glue is for tasks text-classification and finetune, not {task}$"
+    with pytest.raises(ValueError, match=message):
+        validate(config)
+
+
+@pytest.mark.parametrize("task", (*OTHER_TASKS, "mlm", "text-classification"))
+def test_init_from_outside_finetune_is_refused(task: str) -> None:
+    config = apply_overrides(preset("small", task), ['model.init_from="runs/mlm"'])
+    with pytest.raises(ValueError, match=rf"^model\.init_from is for task finetune, not {task}$"):
+        validate(config)
+
+
+def test_the_owning_tasks_keep_their_fields() -> None:
+    validate(apply_overrides(preset("small", "mlm"), list(MASKING)))
+    config = validate(apply_overrides(preset("small", "text-classification"), ['data.glue="rte"']))
+    assert config.data.glue == "rte"
+
+
+def test_set_on_the_command_line_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["train", "--task", "lm", "--set", "data.mask_prob=0.3", "--print-config"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "data.mask_prob is for task mlm, not lm" in err and "Traceback" not in err
