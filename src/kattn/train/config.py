@@ -45,7 +45,10 @@ class ModelConfig:
     linearly to it over the layers) are the image classifier's
     (:class:`kattn.nn.VisionTransformer`); the image tasks read ``pooling`` ``mean`` as global
     average pooling. ``init_from`` is the ``mlm`` run folder whose encoder starts the model of
-    task ``finetune`` (:mod:`kattn.train.finetune`; the encoder's fields are that run's)."""
+    task ``finetune`` (:mod:`kattn.train.finetune`; the encoder's fields are that run's).
+    ``init_from_hf`` is instead a local Hugging Face checkpoint that task ``finetune`` loads as
+    a sequence classifier running the run's mechanism (:mod:`kattn.train.finetune_hf`; its
+    config decides the other model fields)."""
 
     dim: int = 64
     num_layers: int = 2
@@ -64,6 +67,7 @@ class ModelConfig:
     patch_size: int | None = None
     drop_path: float = 0.0
     init_from: str | None = None
+    init_from_hf: str | None = None
 
 
 @dataclass
