@@ -1,7 +1,8 @@
 """Modules built on the mechanisms: the drop-in multi-head attention, ``patch``,
 ``convert_attention``, and the encoder and classifier of the LRA models, the causal language
-model, the masked language model (BERT's pre-training), the encoder–decoder Transformer with
-its searches, the Vision Transformer and the pixel-level image generator."""
+model, the masked language model (BERT's pre-training) and the text classifier fine-tuned
+from it, the encoder–decoder Transformer with its searches, the Vision Transformer and the
+pixel-level image generator."""
 
 from .causal_lm import CausalLM, DecodingState
 from .classifiers import DualEncoderClassifier, SequenceClassifier
@@ -14,6 +15,7 @@ from .multihead import MultiheadAttention
 from .patch import patch
 from .seq2seq import Seq2Seq, Seq2SeqState
 from .seq2seq_search import beam_search, greedy_decode
+from .text_classifier import TextClassifier
 from .vision import VIT_PRESETS, VisionTransformer, vision_transformer
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "Seq2Seq",
     "Seq2SeqState",
     "SequenceClassifier",
+    "TextClassifier",
     "TransformerEncoder",
     "VisionTransformer",
     "beam_search",
