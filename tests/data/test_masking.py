@@ -111,7 +111,7 @@ def test_a_subword_vocabulary_marks_word_starts_and_appends_missing_specials(bpe
     assert vocab.special_ids == tuple(range(300, 304)) and vocab.vocab_size == 304
     assert vocab.word_start is not None and vocab.word_start[300:].all()
     ids = tokenizer.encode("the masked tokens of a sentence")
-    pieces = [tokenizer._tokenizer.id_to_token(i) for i in ids]
+    pieces = [tokenizer.id_to_token(i) for i in ids]
     tokens = torch.tensor([[vocab.cls_id, *ids, vocab.sep_id]])
     starts = vocab.word_starts(tokens)[0, 1:-1].tolist()
     assert starts[1:] == [p.startswith("Ġ") for p in pieces][1:]
@@ -133,7 +133,7 @@ def test_sentencepiece_keeps_its_own_bos_eos_and_marks_words_by_its_prefix(sp_fi
     assert (vocab.pad_id, vocab.mask_id, vocab.vocab_size) == (40, 41, 42)
     assert 1 not in vocab.ordinary_ids.tolist() and 0 in vocab.ordinary_ids.tolist()  # <unk>
     ids = tokenizer.encode("the masked tokens of a sentence")
-    pieces = [tokenizer._model.id_to_piece(i) for i in ids]
+    pieces = [tokenizer.id_to_token(i) for i in ids]
     tokens = torch.tensor([[vocab.cls_id, *ids, vocab.sep_id]])
     starts = vocab.word_starts(tokens)[0, 1:-1].tolist()
     assert starts[1:] == [p.startswith("▁") for p in pieces][1:] and sum(starts) == 6

@@ -15,7 +15,6 @@ always stands alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,10 +120,9 @@ def mlm_vocab(tokenizer: Tokenizer) -> MLMVocab:
     """The MLM vocabulary of ``tokenizer``: its own special tokens where it has them, the
     others appended after its ids (bytes: [PAD] 256, [CLS] 257, [SEP] 258, [MASK] 259)."""
     size = tokenizer.vocab_size
-    lookup, piece_of = _piece_functions(tokenizer)
     ids: dict[str, int] = {}
     for name in SPECIAL_NAMES:
-        own = [lookup(s) for s in SPECIAL_SPELLINGS[name]]
+        own = [tokenizer.token_to_id(s) for s in SPECIAL_SPELLINGS[name]]
         found = [i for i in own if i is not None and 0 <= i < tokenizer.vocab_size]
         if found:
             ids[name] = found[0]
@@ -135,7 +133,7 @@ def mlm_vocab(tokenizer: Tokenizer) -> MLMVocab:
     ordinary = torch.tensor([i for i in range(tokenizer.vocab_size) if i not in special])
     word_start = None
     if not tokenizer.bytes_level:
-        pieces = [piece_of(i) or "" for i in range(tokenizer.vocab_size)]
+        pieces = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.vocab_size)]
         word_start = _word_start_table(pieces, size, special)
     return MLMVocab(
         size,
@@ -147,24 +145,6 @@ def mlm_vocab(tokenizer: Tokenizer) -> MLMVocab:
         word_start,
         tokenizer.bytes_level,
     )
-
-
-def _piece_functions(
-    tokenizer: Tokenizer,
-) -> tuple[Callable[[str], int | None], Callable[[int], str | None]]:
-    """Look-ups piece → id and id → piece of the tokenizer's library (none for bytes)."""
-    hf = getattr(tokenizer, "_tokenizer", None)
-    if hf is not None:
-        return hf.token_to_id, hf.id_to_token
-    model = getattr(tokenizer, "_model", None)
-    if model is not None:
-
-        def piece_id(piece: str) -> int | None:
-            i = int(model.piece_to_id(piece))
-            return i if model.id_to_piece(i) == piece else None  # unknown pieces map to <unk>
-
-        return piece_id, lambda i: str(model.id_to_piece(i))
-    return (lambda piece: None), (lambda i: None)
 
 
 def _word_start_table(pieces: list[str], size: int, special: set[int]) -> Tensor | None:

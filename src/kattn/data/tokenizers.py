@@ -59,6 +59,15 @@ class Tokenizer(ABC):
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         """The text of ``ids``."""
 
+    @abstractmethod
+    def token_to_id(self, piece: str) -> int | None:
+        """The id of the vocabulary's piece ``piece`` (a subword as the vocabulary spells it,
+        such as ``"▁the"`` or ``"[MASK]"``), or None when it has no such piece."""
+
+    @abstractmethod
+    def id_to_token(self, i: int) -> str | None:
+        """The piece of id ``i``, or None when ``i`` is outside the vocabulary."""
+
     def encode_array(self, text: str | bytes) -> Tensor:
         """The ids of ``text`` as a 1-D tensor (int32), built a piece of whole lines at a time
         (about :data:`ENCODE_CHUNK_CHARS` characters each)."""
@@ -121,6 +130,14 @@ class ByteTokenizer(Tokenizer):
         values = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         return bytes(values).decode("utf-8", errors="replace")
 
+    def token_to_id(self, piece: str) -> int | None:
+        """None: ids are bytes, not pieces of a vocabulary."""
+        return None
+
+    def id_to_token(self, i: int) -> str | None:
+        """None: ids are bytes, not pieces of a vocabulary."""
+        return None
+
 
 class HFTokenizer(Tokenizer):
     """A HuggingFace ``tokenizers`` JSON file; ids as the file defines them, special tokens
@@ -149,6 +166,16 @@ class HFTokenizer(Tokenizer):
         values = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         return str(self._tokenizer.decode(values, skip_special_tokens=False))
 
+    def token_to_id(self, piece: str) -> int | None:
+        found = self._tokenizer.token_to_id(piece)
+        return None if found is None else int(found)
+
+    def id_to_token(self, i: int) -> str | None:
+        if not 0 <= i < self.vocab_size:
+            return None
+        piece = self._tokenizer.id_to_token(i)
+        return None if piece is None else str(piece)
+
 
 class SentencePieceTokenizer(Tokenizer):
     """A sentencepiece ``.model`` file (its normalisation applies: it may not round-trip
@@ -175,6 +202,13 @@ class SentencePieceTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int] | Tensor) -> str:
         values = ids.tolist() if isinstance(ids, Tensor) else list(ids)
         return str(self._model.decode(values))
+
+    def token_to_id(self, piece: str) -> int | None:
+        i = int(self._model.piece_to_id(piece))
+        return i if self._model.id_to_piece(i) == piece else None  # unknown pieces map to <unk>
+
+    def id_to_token(self, i: int) -> str | None:
+        return str(self._model.id_to_piece(i)) if 0 <= i < self.vocab_size else None
 
 
 def load_tokenizer(path: str | Path | None) -> Tokenizer:
