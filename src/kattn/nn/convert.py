@@ -27,7 +27,7 @@ from ..attention.softmax import SoftmaxAttention
 from ..attention.softmax_rpe import RelativeSoftmaxAttention
 from ..checks import boolean
 from ..registry import MECHANISMS, build
-from .multihead import MultiheadAttention, warn_at_caller
+from .multihead import MultiheadAttention, pass_attention_dropout
 
 
 @dataclass(frozen=True)
@@ -170,14 +170,7 @@ def _build_like(mha: MultiheadAttention, to: str, options: dict[str, Any]) -> At
     """``to`` with the sizes of ``mha``'s mechanism, on its device and in its dtype."""
     old = mha.attention
     options = dict(options)
-    if mha.dropout > 0:
-        if MECHANISMS.get(to).cls.supports_attention_dropout:
-            options.setdefault("dropout", mha.dropout)
-        else:
-            warn_at_caller(
-                f"mechanism {to!r} has no attention-weight matrix to drop out: the "
-                f"MultiheadAttention's dropout={mha.dropout} is not applied"
-            )
+    pass_attention_dropout(options, to, mha.dropout, what="the MultiheadAttention's dropout")
     new = build(to, head_dim=old.head_dim, num_heads=old.num_heads, max_len=old.max_len, **options)
     reference = _first_floating(old)
     if reference is None:  # a mechanism without tensors: the projections' device and dtype

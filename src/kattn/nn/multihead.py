@@ -100,14 +100,7 @@ class MultiheadAttention(nn.Module):
         self.out_proj: nn.Module = (
             nn.Linear(embed_dim, embed_dim, bias=bias, **factory) if out_proj else nn.Identity()
         )
-        if dropout > 0:
-            if MECHANISMS.get(mechanism).cls.supports_attention_dropout:
-                options.setdefault("dropout", dropout)
-            else:
-                warn_at_caller(
-                    f"mechanism {mechanism!r} has no attention-weight matrix to drop out: "
-                    f"dropout={dropout} is not applied"
-                )
+        pass_attention_dropout(options, mechanism, dropout)
         self.attention = build(
             mechanism, head_dim=self.head_dim, num_heads=num_heads, max_len=max_len, **options
         ).to(device=device)
@@ -328,6 +321,29 @@ def _is_causal_mask(attn_mask: Tensor | None, lq: int, lk: int) -> bool:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(__file__)) + os.sep
+
+
+def pass_attention_dropout(
+    options: dict[str, Any],
+    mechanism: str,
+    dropout: float,
+    *,
+    what: str = "dropout",
+    where: str = "",
+) -> None:
+    """Hand attention-weight ``dropout`` to ``mechanism`` through its ``options`` (unless they
+    set their own) where it has a weight matrix to drop (``supports_attention_dropout``);
+    elsewhere warn at the user's line that ``what`` is not applied (``where``, if given,
+    opens the message: the module it is about). Nothing for ``dropout`` 0."""
+    if dropout <= 0:
+        return
+    if MECHANISMS.get(mechanism).cls.supports_attention_dropout:
+        options.setdefault("dropout", dropout)
+    else:
+        warn_at_caller(
+            f"{where}mechanism {mechanism!r} has no attention-weight matrix to drop out: "
+            f"{what}={dropout} is not applied"
+        )
 
 
 def warn_at_caller(message: str) -> None:

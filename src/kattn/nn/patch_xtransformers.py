@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..attention.base import Attention
-from ..registry import MECHANISMS, build
-from .multihead import warn_at_caller
+from ..registry import build
+from .multihead import pass_attention_dropout
 
 _MODULE = "x_transformers.x_transformers"
 
@@ -285,14 +285,7 @@ def xtransformers_core(target: XTarget, mechanism: str, options: dict[str, Any])
     options = dict(options)
     max_len = options.pop("max_len", target.max_len)
     dropout = float(getattr(attend, "dropout", 0.0) or 0.0)
-    if dropout > 0:
-        if MECHANISMS.get(mechanism).cls.supports_attention_dropout:
-            options.setdefault("dropout", dropout)
-        else:
-            warn_at_caller(
-                f"{target.name}: mechanism {mechanism!r} has no attention-weight matrix to drop "
-                f"out: dropout={dropout} is not applied"
-            )
+    pass_attention_dropout(options, mechanism, dropout, where=f"{target.name}: ")
     heads = module.heads
     weight = module.to_q.weight
     core = build(
