@@ -1,6 +1,7 @@
 """The fields of task mlm (its masking) and of the text tasks (``data.glue``,
-``model.init_from``) are refused, naming the tasks that read them, when a config of another
-task sets them: through the Python API and through ``kattn train --set``."""
+``model.init_from``, ``model.init_from_hf``) are refused, naming the tasks that read them,
+when a config of another task sets them: through the Python API and through ``kattn train
+--set``."""
 
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ def test_glue_outside_the_text_tasks_is_refused(task: str) -> None:
 
 
 @pytest.mark.parametrize("task", (*OTHER_TASKS, "mlm", "text-classification"))
-def test_init_from_outside_finetune_is_refused(task: str) -> None:
-    config = apply_overrides(preset("small", task), ['model.init_from="runs/mlm"'])
-    with pytest.raises(ValueError, match=rf"^model\.init_from is for task finetune, not {task}$"):
+@pytest.mark.parametrize("key", ["init_from", "init_from_hf"])
+def test_starts_outside_finetune_are_refused(task: str, key: str) -> None:
+    config = apply_overrides(preset("small", task), [f'model.{key}="runs/start"'])
+    with pytest.raises(ValueError, match=rf"^model\.{key} is for task finetune, not {task}$"):
         validate(config)
 
 

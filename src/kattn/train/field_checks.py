@@ -47,13 +47,14 @@ TEXT_FIELD_TASKS = {
     "data.whole_word_mask": ("mlm",),
     "data.glue": TEXT_TASKS,
     "model.init_from": ("finetune",),
+    "model.init_from_hf": ("finetune",),
 }
 
 
 def refuse_text_fields(config: RunConfig) -> None:
     """``ValueError`` for a field of task ``mlm`` (its masking) or of the text tasks
-    (``data.glue``, ``model.init_from``) changed from its default in a run of a task that
-    does not read it."""
+    (``data.glue``, ``model.init_from``, ``model.init_from_hf``) changed from its default in
+    a run of a task that does not read it."""
     task, defaults = config.data.task, RunConfig()
     for key, tasks in TEXT_FIELD_TASKS.items():
         section, name = key.split(".")
