@@ -23,14 +23,20 @@ PARAMS = {"domains": ["alpha", "beta", "gamma-*"], "per_class": 6, "min_chars": 
 
 def write_catalogues(root: Path) -> None:
     """Three domains (gamma in two versions) in two languages; each language holds part of a
-    domain's messages; one message is in two domains, one has a backslash, one is short."""
+    domain's messages; one message is in three domains, spelt with other quotes, placeholders
+    and case; gamma spells one message twice; one has a backslash, one is short."""
     header = (b"", b"Content-Type: text/plain; charset=UTF-8\n")
     messages = {
         "alpha": [f"alpha message number {i}" for i in range(8)],
-        "beta": [f"beta sentence {i} here" for i in range(7)] + ["shared between programs"],
+        "beta": [f"beta sentence {i} here" for i in range(7)] + ["Shared “between” programs: %s"],
         "gamma-1": [f"old gamma {i} text" for i in range(9)],
         "gamma-2": [f"gamma line {i} text" for i in range(9)]
-        + ["shared between programs", "Gamma Line 0  TEXT", "a back\\slash one", "too short"],
+        + [
+            "shared between 'programs'",
+            "Gamma Line 0 TEXT: %-5lu",
+            "a back\\slash one",
+            "too short",
+        ],
     }
     for lang, part in (("de", slice(0, None, 2)), ("fr", slice(1, None, 2))):
         folder = root / lang / "LC_MESSAGES"
@@ -45,8 +51,9 @@ def test_generates_balanced_disjoint_classes(tmp_path: Path) -> None:
     write_catalogues(tmp_path / "locale")
     manifest = generate_text_classes(tmp_path / "set", tmp_path / "locale", **PARAMS)
     assert manifest["classes"] == ["alpha", "beta", "gamma-2"]  # the highest gamma version
-    # "shared between programs" (alpha, beta, gamma-2) is dropped everywhere; gamma keeps one
-    # of its two spellings of "gamma line 0 text"; the backslash and short ones are left out
+    # "shared between programs" (alpha, beta, gamma-2, with other quotes and a placeholder) is
+    # dropped everywhere; gamma keeps one of its two spellings of "gamma line 0 text"; the
+    # backslash and short ones are left out
     assert manifest["texts_per_domain"] == {"alpha": 8, "beta": 7, "gamma-2": 9}
     data = load_agnews(tmp_path / "set")
     assert data.classes == ("alpha", "beta", "gamma-2")

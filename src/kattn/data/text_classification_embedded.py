@@ -12,10 +12,11 @@ must pick up each program's vocabulary (``submodule``, ``relocation``, ``keyring
 :data:`EMBEDDED_TEXT_CLASSES` (gathered over every language's catalogue, since a catalogue
 holds only the messages translated into its language), stripped, kept when they have
 ``min_chars`` to ``max_chars`` characters, a space and no backslash; a text appearing in two
-domains (compared case- and space-insensitively) is dropped from both, and one appearing twice
-in a domain is kept once. Each class is then cut to the same number of texts (a seeded draw:
-the majority baseline is ``1 / classes``) and split by a seeded shuffle, so no text is in two
-splits. The set is written once in AG News's CSV layout (with ``classes.txt`` and a
+domains is dropped from both, and one appearing twice in a domain is kept once, where texts
+are compared ignoring case, punctuation, quotes, spacing and which format placeholder they
+hold (``Removing %s`` and ``Removing '%s'`` are one text). Each class is then cut to the same
+number of texts (a seeded draw: the majority baseline is ``1 / classes``) and split by a
+seeded shuffle, so no text, nor a variant of it, is in two splits. The set is written once in AG News's CSV layout (with ``classes.txt`` and a
 ``manifest.json`` of its parameters, per-domain counts and the files' SHA-256) under the cache
 folder and read back by :func:`~kattn.data.agnews.load_agnews`.
 
@@ -28,6 +29,7 @@ import fnmatch
 import hashlib
 import json
 import random
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,9 @@ EMBEDDED_TEXT_CLASSES: dict[str, Any] = {
     "min_classes": 4,
     "seed": 0,
 }
+#: the version of how the set is made from its parameters (2: texts compared without
+#: placeholders, punctuation and quotes).
+EMBEDDED_TEXT_CLASSES_VERSION = 2
 #: the files of a generated set.
 MANIFEST = "manifest.json"
 
@@ -62,7 +67,8 @@ def embedded_text_classes(root: str | Path = LOCALE_ROOT, create: bool = True) -
     there on first use, in the cache folder)."""
     files = _domain_files(Path(root), EMBEDDED_TEXT_CLASSES["domains"])
     listing = sorted((name, str(p), p.stat().st_size) for name, ps in files.items() for p in ps)
-    key = hashlib.sha256(json.dumps([EMBEDDED_TEXT_CLASSES, listing]).encode()).hexdigest()
+    identity = [EMBEDDED_TEXT_CLASSES, EMBEDDED_TEXT_CLASSES_VERSION, listing]
+    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()
     folder = cache_dir() / f"gettext-classes-{key[:12]}"
     if not create:
         return folder
@@ -122,6 +128,7 @@ def generate_text_classes(
     (folder / "classes.txt").write_text("".join(f"{n}\n" for n in sorted(used)), "utf-8")
     manifest = {
         "source": f"msgids of the gettext catalogues under {root}",
+        "version": EMBEDDED_TEXT_CLASSES_VERSION,
         "parameters": {"domains": domains, "per_class": per_class, "min_chars": min_chars,
                        "max_chars": max_chars, "test_fraction": test_fraction,
                        "min_domain_texts": min_domain_texts, "min_classes": min_classes,
@@ -158,8 +165,8 @@ def _version_key(name: str) -> tuple[int, ...]:
 def _domain_texts(
     files: dict[str, list[Path]], min_chars: int, max_chars: int
 ) -> dict[str, set[str]]:
-    """Each domain's distinct kept msgids, less those (compared case- and space-insensitively)
-    that another domain has too, and less a second spelling of one within a domain."""
+    """Each domain's distinct kept msgids, less those (compared by :func:`_key`) that another
+    domain has too, and less a second spelling of one within a domain."""
     texts: dict[str, dict[str, str]] = {}
     for name, paths in files.items():
         found: dict[str, str] = {}
@@ -179,5 +186,20 @@ def _domain_texts(
     }
 
 
+#: a printf conversion (``%s``, ``%-10.3lu``, ``%1$s``), a brace field (``{0}``, ``{name}``) or
+#: a shell-style parameter (``$1``, ``${name}``): texts are compared without them.
+_PLACEHOLDER = re.compile(
+    r"%(?:\d+\$)?[-+ #0']*(?:\d+|\*)?(?:\.(?:\d+|\*))?(?:hh|h|ll|l|j|z|t|L|q|I64)?[a-zA-Z%]"
+    r"|\{[^{}]*\}|\$\{?\w+\}?"
+)
+#: everything but letters and digits.
+_SEPARATORS = re.compile(r"[\W_]+")
+
+
 def _key(text: str) -> str:
-    return " ".join(text.lower().split())
+    """What two texts must share to count as one: the text in lower case without its
+    placeholders, every run of punctuation, quotes and spaces one space, so that
+    ``Removing %s``, ``Removing '%s'`` and ``removing “%d”`` are one text (none can be in two
+    splits, or in two classes)."""
+    folded = _PLACEHOLDER.sub(" ", text.lower())
+    return " ".join(_SEPARATORS.sub(" ", folded).split())
