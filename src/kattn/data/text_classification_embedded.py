@@ -16,9 +16,10 @@ domains is dropped from both, and one appearing twice in a domain is kept once, 
 are compared ignoring case, punctuation, quotes, spacing and which format placeholder they
 hold (``Removing %s`` and ``Removing '%s'`` are one text). Each class is then cut to the same
 number of texts (a seeded draw: the majority baseline is ``1 / classes``) and split by a
-seeded shuffle, so no text, nor a variant of it, is in two splits. The set is written once in AG News's CSV layout (with ``classes.txt`` and a
-``manifest.json`` of its parameters, per-domain counts and the files' SHA-256) under the cache
-folder and read back by :func:`~kattn.data.agnews.load_agnews`.
+seeded shuffle, so no text, nor a variant of it, is in two splits. The set is written once in
+AG News's CSV layout (with ``classes.txt`` and a ``manifest.json`` of its parameters,
+per-domain counts and the files' SHA-256) under the cache folder and read back by
+:func:`~kattn.data.agnews.load_agnews`.
 
 The set depends on the catalogues installed: the manifest's hashes identify it.
 """
