@@ -10,7 +10,7 @@ from typing import Any
 from ..train.checkpoint import json_text
 from ..train.config import TASKS, TEXT_TASKS, RunConfig
 from ..train.distributed import check_device, processes_from_env
-from ..train.finetune import adopt_start
+from ..train.finetune import adopt_hf, adopt_start
 from ..train.loop import Interrupted, train
 from ..train.objectives import objective_class
 from ..train.presets import PRESETS
@@ -21,7 +21,7 @@ from ..train.validation import validate
 _CONFIG_FLAGS = (
     "config", "task", "data", "level", "attention", "attention_option", "preset", "set", "steps",
     "batch_size", "eval_every", "seed", "device", "block_size", "tokenizer", "src", "tgt",
-    "max_tokens", "from_run", "glue",
+    "max_tokens", "from_run", "from_hf", "glue",
 )  # fmt: skip
 
 
@@ -53,7 +53,7 @@ def add_train_parsers(sub: Any) -> None:
         "encoder-decoder, Luo et al. 2021 §4.3; image-classification: ViT/DeiT, §4.4; "
         "image-generation: sub-pixel causal model, Appendix A.5; text-classification: a "
         "classifier of texts trained from scratch; finetune: the same started from an mlm "
-        "run's encoder, --from RUN)",
+        "run's encoder, --from RUN, or a Hugging Face checkpoint, --from-hf DIR)",
     )
     p.add_argument(
         "--data",
@@ -77,6 +77,14 @@ def add_train_parsers(sub: Any) -> None:
         help="finetune: the folder of a kattn train --task mlm run whose encoder (best.pt, "
         "else last.pt) starts the model; the encoder's shape, mechanism, tokenizer and "
         "sequence length are that run's",
+    )
+    p.add_argument(
+        "--from-hf",
+        dest="from_hf",
+        metavar="DIR",
+        help="finetune: a local Hugging Face checkpoint (save_pretrained's folder, with its "
+        "tokenizer) loaded as a sequence classifier running --attention in every layer; its "
+        "config decides the model, its tokenizer encodes the texts",
     )
     p.add_argument(
         "--glue",
@@ -193,11 +201,18 @@ def _config(args: argparse.Namespace) -> RunConfig:
         )
     if args.from_run and config.data.task != "finetune":
         raise ValueError(f"--from is for task finetune, not {config.data.task}")
+    if args.from_hf and config.data.task != "finetune":
+        raise ValueError(f"--from-hf is for task finetune, not {config.data.task}")
+    if args.from_run and args.from_hf:
+        raise ValueError("--from RUN and --from-hf DIR are two starts of one fine-tuning: give one")
     if args.glue:
         config.data.glue = args.glue
     if args.from_run:
         config.model.init_from = str(Path(args.from_run))
         adopt_start(config, _given_keys(args))
+    if args.from_hf:
+        config.model.init_from_hf = str(Path(args.from_hf))
+        adopt_hf(config, _given_keys(args))
     if dropped and processes_from_env().is_main:
         print(
             f"kattn: note: {config.attention.name} does not take the attention option(s) "

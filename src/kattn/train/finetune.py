@@ -12,15 +12,16 @@ At the end the best model's predictions give the task's official metrics
 the majority (for regression: mean) baseline.
 
 A fine-tuned model's encoder fields are its pre-trained run's (:data:`ENCODER_FIELDS`):
-:func:`adopt_start` copies them into a config, and a config whose fields differ is refused.
-Other kinds of start (a Hugging Face checkpoint) go beside :func:`start_encoder_state`.
+:func:`adopt_start` copies them into a config, and a config whose fields differ is refused
+(:mod:`kattn.train.finetune_start`). :class:`FineTuningHF` starts from a Hugging Face
+checkpoint instead (``model.init_from_hf``; :mod:`kattn.train.finetune_hf`).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -29,21 +30,30 @@ from torch import Tensor, nn
 from ..data import Tokenizer, load_tokenizer
 from ..data.mlm_vocab import mlm_vocab
 from ..nn.text_classifier import TextClassifier
-from .checkpoint import BEST, LAST, load_checkpoint
-from .config import DataConfig, RunConfig, load_config
+from .config import DataConfig, RunConfig
 from .field_checks import refuse_image_fields, refuse_translation_fields
 from .finetune_data import TextTaskData, load_text_task
+from .finetune_start import (
+    ENCODER_FIELDS,
+    adopt_start,
+    check_start,
+    start_checkpoint,
+    start_config,
+    start_encoder_state,
+)
 from .glue_metrics import accuracy, baseline_predictions, task_metrics
 from .mlm import build_masked_lm
 from .mlm_data import mlm_max_len
 from .objective_base import Objective, shuffled_index
 from .tasks import run_tokenizer
 
-#: the fields that shape a pre-trained encoder: a fine-tuned model takes them from its run.
-ENCODER_FIELDS = ("model.dim", "model.num_layers", "model.num_heads", "model.ffn_dim",
-                  "model.positions", "model.norm_first", "model.block_skip", "model.out_proj",
-                  "attention.name", "attention.options", "data.tokenizer",
-                  "data.max_len")  # fmt: skip
+if TYPE_CHECKING:
+    from .finetune_hf_data import HFTaskData
+
+__all__ = ["ENCODER_FIELDS", "FineTuning", "FineTuningHF", "TextClassification", "adopt_hf",
+           "adopt_start", "check_start", "start_config", "start_encoder_state",
+           "text_classifier"]  # fmt: skip
+
 #: the data fields of task mlm's masking, which the text tasks do not read.
 _MASKING_FIELDS = ("mask_prob", "mask_token_share", "random_token_share", "whole_word_mask")
 
@@ -71,10 +81,12 @@ class TextClassification(Objective[TextTaskData]):
         for key in _MASKING_FIELDS:
             if getattr(data, key) != getattr(default, key):
                 raise ValueError(f"data.{key} is for task mlm, not {data.task}")
-        if config.data.task == "text-classification" and config.model.init_from is not None:
-            raise ValueError(
-                "model.init_from is for task finetune; task text-classification trains from scratch"
-            )
+        for key in ("init_from", "init_from_hf"):
+            if config.data.task == "text-classification" and getattr(config.model, key):
+                raise ValueError(
+                    f"model.{key} is for task finetune; task text-classification trains from "
+                    f"scratch"
+                )
 
     def __init__(self, config: RunConfig, data: TextTaskData) -> None:
         super().__init__(config, data)
@@ -209,14 +221,35 @@ class TextClassification(Objective[TextTaskData]):
 
 class FineTuning(TextClassification):
     """:class:`TextClassification` whose encoder starts from an ``mlm`` run
-    (``model.init_from``)."""
+    (``model.init_from``). With ``model.init_from_hf`` (a Hugging Face checkpoint) the
+    objective is a :class:`FineTuningHF` instead, and its data and model are that class's."""
 
     task = "finetune"
+
+    def __new__(cls, config: RunConfig, data: Any) -> FineTuning:
+        if cls is FineTuning and config.model.init_from_hf is not None:
+            return super().__new__(FineTuningHF)
+        return super().__new__(cls)
 
     @staticmethod
     def check_data_fields(config: RunConfig) -> None:
         TextClassification.check_data_fields(config)
-        check_start(config)
+        if config.model.init_from_hf is not None:
+            _hf_data().check_hf_start(config)
+        else:
+            check_start(config)
+
+    @classmethod
+    def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> TextTaskData:
+        if config.model.init_from_hf is not None:
+            return FineTuningHF.load_data(config, run_dir)
+        return super().load_data(config, run_dir)
+
+    @classmethod
+    def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
+        if config.model.init_from_hf is not None:
+            return FineTuningHF.model_of_run(config, run_dir)
+        return super().model_of_run(config, run_dir)
 
     @classmethod
     def tokenizer(cls, config: RunConfig, run_dir: Path | None) -> Tokenizer:
@@ -238,91 +271,89 @@ class FineTuning(TextClassification):
         return {**super().results(test, best), "init_from": str(start)}
 
 
+class FineTuningHF(FineTuning):
+    """:class:`FineTuning` of a local Hugging Face checkpoint (``model.init_from_hf``): its
+    model, a transformers sequence classifier running the run's mechanism, and its tokenizer
+    (:mod:`kattn.train.finetune_hf`); the rest is :class:`TextClassification`'s."""
+
+    if TYPE_CHECKING:
+        data: HFTaskData
+
+    def __init__(self, config: RunConfig, data: TextTaskData) -> None:
+        TextClassification.__init__(self, config, data)
+        self.init_from = config.model.init_from_hf or ""
+        self.run_files = getattr(data, "files", None)
+
+    @classmethod
+    def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> TextTaskData:
+        return _hf_data().load_hf_task(config, run_dir)
+
+    @classmethod
+    def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
+        """The classifier of the run folder's config (the task's data read again)."""
+        return _hf().hf_classifier(config, cls.load_data(config, run_dir)), None
+
+    def build_model(self, config: RunConfig) -> nn.Module:
+        return _hf().hf_classifier(config, self.data)
+
+    def write_run_files(self, run_dir: Path) -> None:
+        """The checkpoint's tokenizer and config (with this task's head) in ``run_dir/hf``."""
+        self.run_files = _hf().write_hf_run_files(self.data, self.init_from, run_dir)
+
+    def batch(self, split: str, index: Tensor, device: torch.device) -> dict[str, Tensor]:
+        """As :class:`TextClassification`'s, with the segment ids where the tokenizer gives
+        them."""
+        batch = super().batch(split, index, device)
+        types = getattr(self.data.splits[split], "types", None)
+        if types is not None:
+            batch["types"] = types[index, : batch["tokens"].shape[1]].long().to(device)
+        return batch
+
+    def forward(self, net: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        return net(batch["tokens"], batch.get("padding"), batch.get("types"))
+
+    def final_results(self, model: nn.Module, device: torch.device) -> dict[str, Any]:
+        """The official metrics; and the best model written by ``save_pretrained`` (with the
+        tokenizer) into the run folder's ``hf/``."""
+        results = super().final_results(model, device)
+        if self.run_files is not None:
+            _hf().save_hf_model(model, self.data.tokenizer, self.run_files)
+            results["hf_model"] = str(self.run_files)
+        return results
+
+    def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
+        return {**TextClassification.results(self, test, best), "init_from_hf": self.init_from}
+
+
+def adopt_hf(config: RunConfig, given: set[str]) -> RunConfig:
+    """``config`` with the model fields of its Hugging Face checkpoint, except those in
+    ``given``; then checked (:func:`kattn.train.finetune_hf_data.adopt_hf`)."""
+    return _hf_data().adopt_hf(config, given)
+
+
+def _hf_data() -> Any:
+    """:mod:`kattn.train.finetune_hf_data` (an ImportError naming the ``hf`` extra without
+    transformers)."""
+    from .. import hf  # noqa: F401
+    from . import finetune_hf_data
+
+    return finetune_hf_data
+
+
+def _hf() -> Any:
+    """:mod:`kattn.train.finetune_hf` (imported when a run needs it)."""
+    _hf_data()
+    from . import finetune_hf
+
+    return finetune_hf
+
+
 def text_classifier(config: RunConfig, data: TextTaskData) -> TextClassifier:
     """The classifier of ``config.model`` (the encoder of task mlm's model) over ``data``."""
+    if data.vocab is None:
+        raise ValueError("data: a kattn classifier needs a kattn vocabulary, these data have none")
     encoder = build_masked_lm(config, data.vocab.vocab_size).encoder
     m = config.model
     return TextClassifier(
         encoder, data.outputs, hidden=m.head_hidden, dropout=m.dropout, pooling=m.pooling
     )
-
-
-def start_checkpoint(run_dir: str | Path) -> Path:
-    """The checkpoint of an ``mlm`` run that fine-tuning starts from: ``best.pt``, else
-    ``last.pt``."""
-    run = Path(run_dir)
-    for name in (BEST, LAST):
-        if (run / name).is_file():
-            return run / name
-    raise FileNotFoundError(f"{run} holds no checkpoint ({BEST} or {LAST}) to fine-tune from")
-
-
-def start_encoder_state(checkpoint: Path) -> dict[str, Tensor]:
-    """The encoder's weights in an ``mlm`` run's ``checkpoint``."""
-    state = load_checkpoint(checkpoint, keys=("model",))["model"]
-    prefix = "encoder."
-    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
-
-
-def start_config(config: RunConfig) -> RunConfig:
-    """The config of the ``mlm`` run ``model.init_from`` names.
-
-    Raises:
-        ValueError: no start is given, or it is not a run folder of task mlm.
-    """
-    start = config.model.init_from
-    if start is None:
-        raise ValueError(
-            "task finetune needs a pre-trained run: give --from RUN (model.init_from), the "
-            "folder of a kattn train --task mlm run"
-        )
-    run = Path(start)
-    if not (run / "config.json").is_file():
-        raise ValueError(f"model.init_from={start!r} is not a run folder (no config.json)")
-    saved = load_config(run / "config.json")
-    if saved.data.task != "mlm":
-        raise ValueError(
-            f"model.init_from={start!r} is a run of task {saved.data.task}; fine-tuning starts "
-            f"from a run of task mlm"
-        )
-    return saved
-
-
-def _value(config: RunConfig, key: str) -> Any:
-    section, name = key.split(".")
-    if key == "data.max_len":
-        return mlm_max_len(config)
-    return getattr(getattr(config, section), name)
-
-
-def check_start(config: RunConfig) -> None:
-    """``ValueError`` listing the encoder fields of ``config`` that differ from its
-    pre-trained run's (:data:`ENCODER_FIELDS`)."""
-    saved = start_config(config)
-    differ = [
-        f"{key} is {_value(config, key)!r} here and {_value(saved, key)!r} in the run"
-        for key in ENCODER_FIELDS
-        if _value(config, key) != _value(saved, key)
-    ]
-    if differ:
-        raise ValueError(
-            f"the model differs from the pre-trained run {config.model.init_from}: "
-            f"{'; '.join(differ)}. Fine-tuning keeps the encoder's shape and mechanism: leave "
-            f"these fields out (kattn train --from takes them from the run)"
-        )
-
-
-def adopt_start(config: RunConfig, given: set[str]) -> RunConfig:
-    """``config`` with the encoder fields of its pre-trained run, except those in ``given``
-    (dotted keys the user set, ``attention.options.KEY`` for one option); then checked."""
-    saved = start_config(config)
-    for key in ENCODER_FIELDS:
-        section, name = key.split(".")
-        if key == "attention.options":
-            own = {k: v for k, v in config.attention.options.items()
-                   if f"attention.options.{k}" in given}  # fmt: skip
-            config.attention.options = {**saved.attention.options, **own}
-        elif key not in given:
-            setattr(getattr(config, section), name, getattr(getattr(saved, section), name))
-    check_start(config)
-    return config

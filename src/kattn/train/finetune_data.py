@@ -42,7 +42,9 @@ class TextTaskData:
         outputs: classes, or 1 for regression.
         metrics: the official metrics (:mod:`kattn.train.glue_metrics`), headline first.
         classes: the class names (None for regression).
-        vocab: the ids (specials included) the model embeds.
+        vocab: the ids (specials included) the model embeds; None when a Hugging Face
+            checkpoint's own tokenizer encodes the texts (:mod:`kattn.train.finetune_hf_data`).
+        tokenizer: kattn's :class:`~kattn.data.Tokenizer`, or that checkpoint's tokenizer.
         info: what was read (files, sizes, cut examples, the embedded set's manifest).
     """
 
@@ -50,8 +52,8 @@ class TextTaskData:
     outputs: int
     metrics: tuple[str, ...]
     classes: tuple[str, ...] | None
-    vocab: MLMVocab
-    tokenizer: Tokenizer
+    vocab: MLMVocab | None
+    tokenizer: Any
     info: dict[str, Any] = field(default_factory=dict)
 
     @property

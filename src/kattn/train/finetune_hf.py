@@ -1,0 +1,99 @@
+"""The model of task ``finetune`` started from a local Hugging Face checkpoint
+(``model.init_from_hf``, ``kattn train --task finetune --from-hf DIR``; the objective is
+:class:`~kattn.train.finetune.FineTuningHF`): the checkpoint loaded as
+``AutoModelForSequenceClassification`` with the run's kattn mechanism in every attention
+layer (:func:`kattn.hf.from_pretrained`), trained by kattn's one loop.
+
+This is the setting of Yorsh (2022, §4.3.2.2, Tables 4.2-4.3), who fine-tunes the Hugging
+Face BERT-base configuration on AG News with linear attentions (Feedforward kernels,
+SimpleTRON) in place of softmax. Everything but the model and the tokenizer is
+:class:`~kattn.train.finetune.TextClassification`'s: the data and hold-out, the loss, the
+metrics, the best checkpoint, ``results.json``.
+The classifier is a new head of ``num_labels`` outputs (``problem_type`` regression for
+STS-B); padding goes to the model as its ``attention_mask``, so padded keys count nowhere.
+
+The run folder keeps, in :data:`~kattn.train.finetune_hf_data.RUN_FILES`, the checkpoint's
+tokenizer and config (written when the run starts), so resuming, ``kattn eval`` and
+:func:`kattn.train.load_trained_model` need only the run folder; at the end the best model
+is written there too by ``save_pretrained``, for :func:`kattn.hf.from_pretrained`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoConfig, AutoModelForSequenceClassification
+
+from ..attention.base import Attention
+from ..hf import from_pretrained, use
+from .config import RunConfig
+from .finetune_hf_data import RUN_FILES, HFTaskData, check_hf_checkpoint
+
+
+class HFClassifier(nn.Module):
+    """A transformers sequence classifier as kattn's loop trains it: the logits of token ids,
+    padding passed as the attention mask, and the kattn mechanisms' penalties."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.hf = model
+
+    def forward(
+        self, tokens: Tensor, padding: Tensor | None = None, types: Tensor | None = None
+    ) -> Tensor:
+        """``(B, num_labels)`` logits of ``tokens`` (B, L); ``padding`` (B, L) is True at
+        padded positions, ``types`` the segment ids."""
+        mask = None if padding is None else (~padding).long()
+        extra = {} if types is None else {"token_type_ids": types}
+        return self.hf(input_ids=tokens, attention_mask=mask, **extra).logits
+
+    def regularization_loss(self) -> Tensor:
+        """Sum of the kattn mechanisms' penalties (0 for most mechanisms)."""
+        total = torch.zeros((), device=next(self.parameters()).device)
+        for module in self.hf.modules():
+            if isinstance(module, Attention):
+                total = total + module.regularization_loss()
+        return total
+
+
+def _problem(data: HFTaskData) -> dict[str, Any]:
+    kind = "regression" if data.regression else "single_label_classification"
+    return {"num_labels": data.outputs, "problem_type": kind}
+
+
+def hf_classifier(config: RunConfig, data: HFTaskData) -> HFClassifier:
+    """The classifier of a run: the checkpoint's weights and a new head (a new run), or the
+    run folder's config with fresh weights (for a checkpoint of the run to load)."""
+    name, options = config.attention.name, dict(config.attention.options)
+    if data.files is None:
+        start = str(check_hf_checkpoint(config.model.init_from_hf or ""))
+        model = from_pretrained(
+            AutoModelForSequenceClassification, start, name, options=options,
+            dtype=torch.float32, ignore_mismatched_sizes=True, **_problem(data),
+        )  # fmt: skip
+    else:
+        hf_config = AutoConfig.from_pretrained(data.files, **_problem(data))
+        model = AutoModelForSequenceClassification.from_config(hf_config, dtype=torch.float32)
+        use(model, name, **options)
+    return HFClassifier(model)
+
+
+def write_hf_run_files(data: HFTaskData, start: str, run_dir: Path) -> Path:
+    """Write checkpoint ``start``'s tokenizer and config (with the task's head) into
+    ``run_dir``'s :data:`~kattn.train.finetune_hf_data.RUN_FILES` folder; return it."""
+    files = Path(run_dir) / RUN_FILES
+    data.tokenizer.save_pretrained(files)
+    AutoConfig.from_pretrained(start, **_problem(data)).save_pretrained(files)
+    return files
+
+
+def save_hf_model(model: nn.Module, tokenizer: Any, files: Path) -> None:
+    """Write the transformers model of ``model`` (an :class:`HFClassifier`) and
+    ``tokenizer`` into ``files`` with ``save_pretrained``."""
+    if not isinstance(model, HFClassifier):
+        raise TypeError(f"model must be an HFClassifier, got {type(model).__name__}")
+    model.hf.save_pretrained(files)  # type: ignore[operator]
+    tokenizer.save_pretrained(files)

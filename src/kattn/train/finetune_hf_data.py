@@ -1,0 +1,241 @@
+"""The start and the data of task ``finetune`` from a local Hugging Face checkpoint
+(``model.init_from_hf``, ``kattn train --from-hf DIR``).
+
+The checkpoint decides the model: :func:`adopt_hf` copies its shape and dropout into the
+run's ``model`` fields (the others keep their defaults, unread) and :func:`check_hf_start`
+refuses a run whose model fields say otherwise. The texts are those of the other text tasks
+(:func:`kattn.train.finetune_data.read_texts`: AG News's layout, GLUE, the embedded set, the
+same seeded hold-out), encoded by the checkpoint's own tokenizer (``AutoTokenizer``): a pair
+as that tokenizer pairs its texts (``[CLS] a [SEP] b [SEP]`` with segment ids for BERT), cut
+to ``data.max_len`` tokens (default and upper bound: the model's positions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformers import AutoConfig, AutoTokenizer
+
+from ..data import SequenceDataset
+from ..data.text_examples import TextExamples
+from .config import ModelConfig, RunConfig
+from .finetune_data import HOLD_OUT_SEED, TextTaskData, read_texts, split_train
+
+#: files of which a checkpoint's tokenizer needs at least one.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
+                   "spiece.model", "tokenizer.model", "sentencepiece.bpe.model")  # fmt: skip
+#: the weight files of a checkpoint (one of them).
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")  # fmt: skip
+#: the run folder's subfolder with the checkpoint's config and tokenizer (at the end: the
+#: fine-tuned model, written by ``save_pretrained``).
+RUN_FILES = "hf"
+#: tokenizers whose ``model_max_length`` is at least this say no limit.
+_NO_LIMIT = 10**6
+
+
+def check_hf_checkpoint(path: str | Path) -> Path:
+    """``path`` as a folder, if it holds a Hugging Face checkpoint with its tokenizer.
+
+    Raises:
+        ValueError: it is not a folder, has no ``config.json`` naming a ``model_type``, no
+            weights, or no tokenizer files (the message says what to add).
+    """
+    folder = Path(path)
+    key = "model.init_from_hf (--from-hf)"
+    if not folder.is_dir():
+        raise ValueError(f"{key} must be a Hugging Face checkpoint folder, {str(path)!r} is none")
+    try:
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8"))["model_type"]
+    except (OSError, ValueError, KeyError, TypeError):
+        model_type = None
+    if not isinstance(model_type, str) or not any((folder / f).is_file() for f in WEIGHT_FILES):
+        raise ValueError(
+            f"{key}: {folder} is not a Hugging Face checkpoint (expected a config.json naming "
+            f"its model_type and weights in one of {', '.join(WEIGHT_FILES)}, as save_pretrained "
+            f"writes them)"
+        )
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        raise ValueError(
+            f"{key}: {folder} holds no tokenizer files (one of {', '.join(TOKENIZER_FILES)}): "
+            f"the texts are encoded with the checkpoint's own tokenizer, so save it there too "
+            f"(tokenizer.save_pretrained({str(folder)!r}))"
+        )
+    return folder
+
+
+def hf_model_fields(hf_config: Any) -> dict[str, Any]:
+    """The ``model`` fields a transformers config decides: width, layers, heads, the
+    feed-forward width and the dropouts where the config names them."""
+    fields = {
+        "dim": int(hf_config.hidden_size),
+        "num_layers": int(hf_config.num_hidden_layers),
+        "num_heads": int(hf_config.num_attention_heads),
+    }
+    named = {
+        "ffn_dim": ("intermediate_size", "n_inner"),
+        "dropout": ("hidden_dropout_prob", "resid_pdrop", "hidden_dropout"),
+        "attention_dropout": ("attention_probs_dropout_prob", "attn_pdrop", "attention_dropout"),
+    }
+    for field, names in named.items():
+        values = [getattr(hf_config, n, None) for n in names]
+        found = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if found:
+            fields[field] = type(getattr(ModelConfig, field))(found[0])
+    return fields
+
+
+def hf_model_config(path: str) -> ModelConfig:
+    """The ``model`` section of a run started from checkpoint ``path``."""
+    folder = check_hf_checkpoint(path)
+    return ModelConfig(**hf_model_fields(AutoConfig.from_pretrained(folder)), init_from_hf=path)
+
+
+def adopt_hf(config: RunConfig, given: set[str]) -> RunConfig:
+    """``config`` with the ``model`` fields of its checkpoint (``model.init_from_hf``), except
+    those in ``given`` (dotted keys the user set); then checked (:func:`check_hf_start`)."""
+    path = config.model.init_from_hf
+    if path is None:
+        raise ValueError("model.init_from_hf: no Hugging Face checkpoint is given (--from-hf)")
+    adopted = hf_model_config(path)
+    for f in dataclasses.fields(ModelConfig):
+        if f"model.{f.name}" not in given:
+            setattr(config.model, f.name, getattr(adopted, f.name))
+    check_hf_start(config)
+    return config
+
+
+def check_hf_start(config: RunConfig) -> None:
+    """``ValueError`` for what a run started from a Hugging Face checkpoint cannot take: a
+    second start (``model.init_from``), a tokenizer of kattn's (``data.tokenizer``), and
+    ``model`` fields other than the checkpoint's (checked while its folder exists: a resumed
+    or finished run needs only its run folder)."""
+    model, path = config.model, config.model.init_from_hf
+    if path is None:
+        raise ValueError("model.init_from_hf: no Hugging Face checkpoint is given (--from-hf)")
+    if model.init_from is not None:
+        raise ValueError(
+            "model.init_from (--from RUN) and model.init_from_hf (--from-hf DIR) are two starts "
+            "of one fine-tuning: give one"
+        )
+    if config.data.tokenizer is not None:
+        raise ValueError(
+            f"data.tokenizer (--tokenizer) is not used with --from-hf: the texts are encoded "
+            f"with the tokenizer saved in {path}"
+        )
+    if not Path(path).is_dir():
+        return
+    adopted = hf_model_config(path)
+    differ = [
+        f"model.{f.name} is {getattr(model, f.name)!r} here and {getattr(adopted, f.name)!r} "
+        f"for the checkpoint"
+        for f in dataclasses.fields(ModelConfig)
+        if getattr(model, f.name) != getattr(adopted, f.name)
+    ]
+    if differ:
+        raise ValueError(
+            f"the model is the Hugging Face checkpoint {path}, whose config.json decides the "
+            f"model fields: {'; '.join(differ)}. Leave these fields out (kattn train --from-hf "
+            f"takes them from the checkpoint)"
+        )
+
+
+def hf_max_len(config: RunConfig, hf_config: Any, tokenizer: Any) -> int:
+    """Tokens per sequence: ``data.max_len``, by default the most the model takes (its
+    positions, or the tokenizer's ``model_max_length`` where smaller).
+
+    Raises:
+        ValueError: ``data.max_len`` exceeds what the model takes.
+    """
+    limits = [getattr(hf_config, "max_position_embeddings", None), tokenizer.model_max_length]
+    known = [int(n) for n in limits if isinstance(n, int) and 0 < n < _NO_LIMIT]
+    limit = min(known) if known else None
+    wanted = config.data.max_len
+    if wanted is not None and limit is not None and wanted > limit:
+        raise ValueError(
+            f"data.max_len ({wanted}) exceeds the {limit} positions of the checkpoint "
+            f"{config.model.init_from_hf}"
+        )
+    if wanted is None and limit is None:
+        raise ValueError(
+            f"data.max_len: the checkpoint {config.model.init_from_hf} gives no sequence "
+            f"length (no max_position_embeddings); set data.max_len"
+        )
+    return int(wanted or limit)  # type: ignore[arg-type]
+
+
+@dataclass
+class HFRows(SequenceDataset):
+    """Examples encoded by a transformers tokenizer: ``tokens`` (padded with its pad id),
+    ``lengths``, ``labels`` and ``types``, the ``(N, L)`` segment ids where the tokenizer
+    gives them (BERT's pairs), else None."""
+
+    types: Tensor | None = None
+
+
+@dataclass
+class HFTaskData(TextTaskData):
+    """:class:`~kattn.train.finetune_data.TextTaskData` encoded by a checkpoint's tokenizer
+    (``vocab`` None); ``files`` is the run folder's :data:`RUN_FILES` when the tokenizer came
+    from there (a resumed or finished run), else None (a new run: from the checkpoint)."""
+
+    files: Path | None = None
+
+
+def encode_hf(examples: TextExamples, tokenizer: Any, max_len: int) -> tuple[HFRows, int]:
+    """``examples`` encoded by ``tokenizer`` (pairs as it pairs them), cut to ``max_len``
+    tokens and padded to that length with its pad id; and how many fill all ``max_len``
+    (those cut among them)."""
+    if tokenizer.pad_token_id is None:
+        raise ValueError(
+            "the checkpoint's tokenizer has no padding token: set one (tokenizer.pad_token = "
+            "tokenizer.eos_token, and the model config's pad_token_id likewise) and save both"
+        )
+    encoded = tokenizer(examples.texts, examples.pairs, truncation=True, max_length=max_len)
+    ids, types = encoded["input_ids"], encoded.get("token_type_ids")
+    dtype = torch.int16 if len(tokenizer) < 2**15 else torch.int32
+    tokens = torch.full((len(ids), max_len), tokenizer.pad_token_id, dtype=dtype)
+    segments = None if types is None else torch.zeros((len(ids), max_len), dtype=torch.int8)
+    lengths = torch.tensor([len(row) for row in ids], dtype=torch.int64)
+    for i, row in enumerate(ids):
+        tokens[i, : len(row)] = torch.tensor(row, dtype=dtype)
+        if segments is not None and types is not None:
+            segments[i, : len(row)] = torch.tensor(types[i], dtype=torch.int8)
+    regression = any(isinstance(label, float) for label in examples.labels)
+    labels = torch.tensor(examples.labels, dtype=torch.float32 if regression else torch.int64)
+    rows = HFRows(tokens, lengths, labels, types=segments)
+    return rows, int((lengths == max_len).sum())
+
+
+def load_hf_task(config: RunConfig, run_dir: Path | None = None) -> HFTaskData:
+    """The text task of ``config.data`` encoded by the tokenizer of checkpoint
+    ``model.init_from_hf``, or of run folder ``run_dir``'s copy of it."""
+    files = None if run_dir is None else Path(run_dir) / RUN_FILES
+    if files is not None and not files.is_dir():
+        raise ValueError(f"{run_dir} holds no {RUN_FILES}/ folder of a --from-hf run")
+    source = files or check_hf_checkpoint(config.model.init_from_hf or "")
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    max_len = hf_max_len(config, AutoConfig.from_pretrained(source), tokenizer)
+    train_all, sets, metrics, classes, info = read_texts(config)
+    kept, held = split_train(len(train_all))
+    texts = {"train": train_all.subset(kept), "valid": train_all.subset(held), **sets}
+    splits: dict[str, SequenceDataset] = {}
+    full: dict[str, int] = {}
+    for name, examples in texts.items():
+        splits[name], full[name] = encode_hf(examples, tokenizer, max_len)
+    info.update({
+        "valid": f"{len(held)} train examples held out at random (seed {HOLD_OUT_SEED})",
+        "sizes": {name: len(split) for name, split in splits.items()},
+        "filling_max_len": full,
+        "max_len": max_len,
+        "classes": list(classes) if classes is not None else None,
+        "tokenizer": f"{type(tokenizer).__name__} of {config.model.init_from_hf}",
+    })  # fmt: skip
+    outputs = 1 if classes is None else len(classes)
+    return HFTaskData(splits, outputs, metrics, classes, None, tokenizer, info, files=files)

@@ -1,0 +1,191 @@
+"""Task finetune from a local Hugging Face checkpoint (--from-hf): a tiny random BERT and a
+tiny WordPiece tokenizer saved here (nothing downloaded) fine-tuned on files in AG News's
+layout by kattn's loop (results.json with the metrics, the run resumed to the same end, the
+saved model read back by kattn.hf and by kattn eval), softmax and performer, padded keys
+changing nothing, pairs as BERT's tokenizer pairs them, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+import kattn.hf  # noqa: E402
+from kattn.cli import main  # noqa: E402
+from kattn.data.text_examples import TextExamples  # noqa: E402
+from kattn.train import apply_overrides, load_trained_model, preset  # noqa: E402
+from kattn.train.config import RunConfig  # noqa: E402
+from kattn.train.finetune import adopt_hf  # noqa: E402
+from kattn.train.finetune_hf import HFClassifier  # noqa: E402
+from kattn.train.finetune_hf_data import encode_hf  # noqa: E402
+from kattn.train.loop import Interrupted, train  # noqa: E402
+from kattn.train.run import evaluate_saved_run  # noqa: E402
+
+WORDS = ("apple", "river", "stone")
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+LOOP = ["train.steps=4", "train.batch_size=8", "train.eval_every=2", "train.log_every=2",
+        "optim.warmup_steps=1", "optim.lr=3e-3"]  # fmt: skip
+
+
+def texts(n: int) -> list[str]:
+    return [f"the {WORDS[i % 3]} of line {i} is here" for i in range(n)]
+
+
+def save_tokenizer(folder: Path) -> object:
+    """A WordPiece tokenizer of about 60 pieces learnt on the texts, as BERT's."""
+    tok = tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = tokenizers.normalizers.BertNormalizer()
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    trainer = tokenizers.trainers.WordPieceTrainer(vocab_size=60, special_tokens=SPECIALS)
+    tok.train_from_iterator(texts(60), trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+    wrapped = transformers.BertTokenizerFast(tokenizer_object=tok)
+    wrapped.save_pretrained(folder)
+    return wrapped
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BertModel (2 layers, width 16, 40 positions) and its tokenizer."""
+    folder = tmp_path_factory.mktemp("bert")
+    tokenizer = save_tokenizer(folder)
+    config = transformers.BertConfig(
+        vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=40, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def agnews(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three classes in AG News's layout whose class a word of the text gives away."""
+    folder = tmp_path_factory.mktemp("agnews")
+    for name, n in (("train.csv", 60), ("test.csv", 15)):
+        rows = [f'"{i % 3 + 1}","item {i}","{text}"' for i, text in enumerate(texts(n))]
+        (folder / name).write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def hf_config(start: Path, data: Path, *overrides: str, given: tuple[str, ...] = ()) -> RunConfig:
+    config = preset("small", "finetune")
+    config.data.path, config.model.init_from_hf, config.train.device = str(data), str(start), "cpu"
+    apply_overrides(config, [*LOOP, *overrides])
+    return adopt_hf(config, set(given))
+
+
+def test_a_run_trains_resumes_and_saves_a_model(
+    checkpoint: Path, agnews: Path, tmp_path: Path
+) -> None:
+    config = hf_config(checkpoint, agnews)
+    model = config.model
+    assert (model.dim, model.num_layers, model.num_heads, model.ffn_dim) == (16, 2, 2, 32)
+    assert (model.dropout, model.attention_dropout, model.pooling) == (0.1, 0.0, "mean")
+    whole = train(config, tmp_path / "whole", progress=False)
+    assert whole["task"] == "finetune" and whole["steps"] == 4
+    assert whole["init_from_hf"] == str(checkpoint) and whole["init_from"] is None
+    assert 0.0 <= whole["test_metrics"]["accuracy"] <= 1.0
+    assert whole["baseline_test_metrics"]["accuracy"] == pytest.approx(5 / 15)
+    assert whole["data"]["max_len"] == 40 and whole["data"]["sizes"]["test"] == 15
+    saved = json.loads((tmp_path / "whole" / "results.json").read_text())
+    assert saved["test_metrics"] == whole["test_metrics"]
+
+    with pytest.raises(Interrupted):
+        train(config, tmp_path / "split", progress=False, stop_after=2)
+    resumed = train(config, tmp_path / "split", resume=True, progress=False)
+    assert resumed["test_metrics"] == whole["test_metrics"]
+    assert resumed["best_valid_loss"] == whole["best_valid_loss"]
+
+    # the saved model: kattn.hf reads it, kattn eval and load_trained_model rebuild it
+    files = tmp_path / "whole" / "hf"
+    assert whole["hf_model"] == str(files) and (files / "model.safetensors").is_file()
+    cls = transformers.AutoModelForSequenceClassification
+    model = kattn.hf.from_pretrained(cls, str(files)).eval()
+    trained, _, tokenizer = load_trained_model(tmp_path / "whole")
+    assert tokenizer is None and isinstance(trained, HFClassifier)
+    tokens = torch.tensor([[2, 10, 11, 12, 3]])
+    torch.testing.assert_close(model(input_ids=tokens).logits, trained(tokens))
+    again = evaluate_saved_run(tmp_path / "whole", "test")
+    assert again["loss"] == pytest.approx(whole["test_loss"], rel=1e-6)
+
+
+def test_command_line_runs_performer(checkpoint: Path, agnews: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    code = main([
+        "train", "--task", "finetune", "--from-hf", str(checkpoint), "--data", str(agnews),
+        "--attention", "performer", "--attention-option", "num_features=8", "--steps", "2",
+        "--batch-size", "8", "--eval-every", "2", "--out", str(out), "--device", "cpu",
+        "--no-progress", "--set", "data.max_len=24", "--set", "optim.warmup_steps=1",
+    ])  # fmt: skip
+    assert code == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["mechanism"] == "performer" and results["steps"] == 2
+    assert results["config"]["model"]["init_from_hf"] == str(checkpoint)
+    assert results["data"]["max_len"] == 24 and "accuracy" in results["test_metrics"]
+    recorded = json.loads((out / "hf" / "config.json").read_text())["kattn"]
+    assert recorded == {"mechanism": "performer", "options": {"num_features": 8}}
+
+
+@pytest.mark.parametrize("mechanism", ["softmax", "performer"])
+def test_padded_keys_change_nothing(checkpoint: Path, mechanism: str) -> None:
+    torch.manual_seed(0)
+    cls = transformers.AutoModelForSequenceClassification
+    hf = kattn.hf.from_pretrained(cls, str(checkpoint), mechanism, num_labels=3)
+    model = HFClassifier(hf).double().eval()
+    short, long = [2, 10, 11, 3], [2, 12, 13, 14, 15, 16, 3]
+    alone = model(torch.tensor([short]))
+    rows = torch.tensor([[*short, 20, 21, 22], long])  # the padding holds ordinary ids
+    padding = torch.arange(7)[None, :] >= torch.tensor([[4], [7]])
+    batched = model(rows, padding)
+    torch.testing.assert_close(batched[0], alone[0], rtol=1e-12, atol=1e-12)
+    garbage = model(torch.tensor([[*short, 30, 31, 32], long]), padding)
+    torch.testing.assert_close(garbage, batched, rtol=1e-12, atol=1e-12)
+
+
+def test_pairs_are_paired_as_the_tokenizer_pairs_them(checkpoint: Path) -> None:
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    first, second = ("the apple", "stone"), ("the river of line 7 is here", "is here the stone")
+    examples = TextExamples([first[0], second[0]], [1.5, 3.0], [first[1], second[1]])
+    own = tokenizer(*first)
+    n = len(own["input_ids"])
+    assert len(tokenizer(*second)["input_ids"]) > n + 2
+    rows, full = encode_hf(examples, tokenizer, max_len=n + 2)
+    assert rows.tokens[0, :n].tolist() == own["input_ids"] and rows.lengths.tolist() == [n, n + 2]
+    assert rows.tokens[0, n:].tolist() == [tokenizer.pad_token_id] * 2 and full == 1
+    assert rows.types is not None and rows.types[0, :n].tolist() == own["token_type_ids"]
+    assert set(own["token_type_ids"]) == {0, 1}  # BERT's segments
+    sep = tokenizer.convert_tokens_to_ids("[SEP]")
+    assert rows.tokens[1].tolist().count(sep) == 2  # cut, still a pair
+    assert rows.labels.dtype == torch.float32
+
+
+def test_refusals(checkpoint: Path, agnews: Path, tmp_path: Path) -> None:
+    bare = tmp_path / "bare"  # a checkpoint without its tokenizer
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(checkpoint / name, bare / name)
+    with pytest.raises(ValueError, match=r"no tokenizer files.*save_pretrained"):
+        hf_config(bare, agnews)
+    with pytest.raises(ValueError, match="is not a Hugging Face checkpoint"):
+        hf_config(agnews, agnews)  # a folder, but of data
+    with pytest.raises(ValueError, match=r"model.dim is 64 here and 16 for the checkpoint"):
+        hf_config(checkpoint, agnews, "model.dim=64", given=("model.dim",))
+    with pytest.raises(ValueError, match=r"data.max_len \(64\) exceeds the 40 positions"):
+        train(hf_config(checkpoint, agnews, "data.max_len=64"), tmp_path / "r", progress=False)
+    with pytest.raises(ValueError, match=r"data\.tokenizer \(--tokenizer\) is not used"):
+        hf_config(checkpoint, agnews, f"data.tokenizer={checkpoint / 'tokenizer.json'}")
+    both = ["train", "--task", "finetune", "--from-hf", str(checkpoint), "--from", str(tmp_path)]
+    assert main([*both, "--print-config"]) != 0
+    assert main(["train", "--task", "mlm", "--from-hf", str(checkpoint), "--print-config"]) != 0
