@@ -82,3 +82,25 @@ def test_regularization_losses_of_every_layer_are_summed():
     parts = [fm.regularization_loss() for fm in maps]
     assert all(p > 0 for p in parts)
     torch.testing.assert_close(model.regularization_loss(), sum(parts))
+
+
+def test_embedding_norm_normalises_token_plus_position_embeddings():
+    """``embedding_norm=True`` (BERT's and RoBERTa's LayerNorm in front of post-LN blocks):
+    each embedded position has mean 0 and variance 1 at initialisation, the submodule is in
+    the state_dict only when asked for, and MaskedLM passes the option through."""
+    from kattn.nn import MaskedLM
+    from kattn.nn.encoder import TransformerEncoder
+
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 50, (2, 9))
+    plain = TransformerEncoder(50, 16, dim=32, norm_first=False)
+    normed = TransformerEncoder(50, 16, dim=32, norm_first=False, embedding_norm=True)
+    assert not any(k.startswith("embedding_norm") for k in plain.state_dict())
+    assert {"embedding_norm.weight", "embedding_norm.bias"} <= set(normed.state_dict())
+    x = normed.eval().embed(tokens)
+    assert torch.allclose(x.mean(-1), torch.zeros(2, 9), atol=1e-5)
+    # 1 up to LayerNorm's eps (1e-5) against embeddings of variance about 8e-4
+    assert torch.allclose(x.var(-1, unbiased=False), torch.ones(2, 9), atol=0.05)
+    assert plain.eval().embed(tokens).std() < 0.1  # embeddings of std 0.02, left as they are
+    model = MaskedLM(54, 16, dim=32, depth=1, num_heads=2, ffn_dim=64, embedding_norm=True)
+    assert model.encoder.embedding_norm is not None

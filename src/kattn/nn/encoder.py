@@ -182,6 +182,9 @@ class TransformerEncoder(nn.Module):
         embed_scale: the token embeddings are multiplied by it before positions are added
             (Vaswani et al. 2017, §3.4, use √dim with embeddings of std 1/√dim, so that
             tokens are not drowned by the unit-amplitude sinusoids).
+        embedding_norm: a LayerNorm over token plus position embeddings, before the
+            embedding dropout, as BERT (Devlin et al. 2019) and fairseq's RoBERTa-base have in
+            front of their post-LN blocks (the submodule ``embedding_norm``; None without).
     """
 
     def __init__(
@@ -204,6 +207,7 @@ class TransformerEncoder(nn.Module):
         out_proj: bool = True,
         cls_token: bool = False,
         share_rpe: bool = True,
+        embedding_norm: bool = False,
         **options: Any,
     ) -> None:
         super().__init__()
@@ -226,6 +230,7 @@ class TransformerEncoder(nn.Module):
             self.position = nn.Embedding(max_len, dim)
         elif positions == "sinusoidal":
             self.sinusoid = sinusoidal_positions(max_len, dim)
+        self.embedding_norm = nn.LayerNorm(dim) if embedding_norm else None
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(
@@ -275,6 +280,8 @@ class TransformerEncoder(nn.Module):
             if table is None:  # beyond the table: the same formula, computed for these rows
                 table = sinusoidal_positions(length, x.shape[-1], start).to(x.device)
             x = x + table.to(x.dtype)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         return self.dropout(x)
 
     def forward(
