@@ -14,6 +14,14 @@ IMAGE_DATA_FIELDS = ("image_size", "crop_scale", "flip", "randaugment", "mixup",
 IMAGE_MODEL_FIELDS = ("patch_size", "drop_path")
 
 
+def refuse_unread_data_fields(config: RunConfig, names: tuple[str, ...], why: str = "") -> None:
+    """``ValueError`` for a data field of ``names`` (None by default) set in a run whose task
+    does not read it; ``why`` ends the message (``": set data.max_len"``)."""
+    for name in names:
+        if getattr(config.data, name) is not None:
+            raise ValueError(f"data.{name} is not used by task {config.data.task}{why}")
+
+
 def refuse_translation_fields(config: RunConfig, *, allow: tuple[str, ...] = ()) -> None:
     """``ValueError`` for a field of task ``translation`` set in a run of another task
     (those in ``allow``, dotted, are the run's own too)."""

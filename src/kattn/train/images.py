@@ -27,6 +27,7 @@ from .field_checks import (
     IMAGE_TASK_MODEL_FIELDS,
     refuse_image_fields,
     refuse_translation_fields,
+    refuse_unread_data_fields,
     refuse_unread_model_fields,
 )
 from .objective_base import SPLITS, Objective, shuffled_index
@@ -49,9 +50,7 @@ def image_attention_options(config: RunConfig) -> dict[str, Any]:
 def check_image_fields(config: RunConfig, allow: tuple[str, ...]) -> None:
     """Refuse the fields of the other tasks; ``allow``: the image and smoothing fields the
     task reads (dotted)."""
-    for key in _SEQUENCE_FIELDS:
-        if getattr(config.data, key) is not None:
-            raise ValueError(f"data.{key} is not used by task {config.data.task}")
+    refuse_unread_data_fields(config, _SEQUENCE_FIELDS)
     refuse_translation_fields(config, allow=allow)
     refuse_image_fields(config, allow=allow)
     refuse_unread_model_fields(config, IMAGE_TASK_MODEL_FIELDS[config.data.task])

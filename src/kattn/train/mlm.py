@@ -19,7 +19,6 @@ masked test tokens predicted by their training frequencies) and the curve.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,11 @@ from ..data.masking import IGNORE_INDEX, MaskedTokens, mask_tokens
 from ..data.mlm_vocab import MLMVocab, mlm_vocab
 from ..nn.masked_lm import MaskedLM
 from .config import RunConfig, load_config
-from .field_checks import refuse_image_fields, refuse_translation_fields
+from .field_checks import (
+    refuse_image_fields,
+    refuse_translation_fields,
+    refuse_unread_data_fields,
+)
 from .mlm_data import (
     CURVE,
     curve_line,
@@ -45,8 +48,8 @@ from .mlm_data import (
     unigram_baseline,
     write_curve,
 )
-from .objective_base import SPLITS, Objective
-from .tasks import load_lm_data, run_tokenizer
+from .objective_base import SPLITS, Objective, token_metrics, token_rates
+from .tasks import encoder_options, load_lm_data, run_tokenizer
 
 #: the file of a run's special ids.
 VOCAB_FILE = "mlm_vocab.json"
@@ -65,24 +68,11 @@ def build_masked_lm(config: RunConfig, vocab_size: int) -> MaskedLM:
     """The :class:`~kattn.nn.MaskedLM` of ``config.model`` over ``vocab_size`` ids (specials
     included), reading sequences of ``data.max_len`` tokens, ``config.attention`` in every
     layer."""
-    m = config.model
     return MaskedLM(
         vocab_size,
         mlm_max_len(config),
-        dim=m.dim,
-        depth=m.num_layers,
-        num_heads=m.num_heads,
-        ffn_dim=m.ffn_dim,
-        mechanism=config.attention.name,
-        positions=m.positions,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        norm_first=m.norm_first,
-        embedding_std=m.embedding_std,
-        tie_embeddings=m.tie_embeddings,
-        block_skip=m.block_skip,
-        out_proj=m.out_proj,
-        **config.attention.options,
+        tie_embeddings=config.model.tie_embeddings,
+        **encoder_options(config),
     )
 
 
@@ -109,12 +99,8 @@ class MaskedLanguageModelling(Objective[MLMCorpus]):
     def check_data_fields(config: RunConfig) -> None:
         refuse_translation_fields(config)
         refuse_image_fields(config)
-        for key in ("block_size", "truncate"):
-            if getattr(config.data, key) is not None:
-                raise ValueError(
-                    f"data.{key} is not used by task mlm: its sequences are data.max_len tokens "
-                    f"with [CLS] and [SEP]"
-                )
+        why = ": its sequences are data.max_len tokens with [CLS] and [SEP]"
+        refuse_unread_data_fields(config, ("block_size", "truncate"), why)
         masking_config(config)
         if mlm_max_len(config) < 3:
             raise ValueError(
@@ -204,21 +190,10 @@ class MaskedLanguageModelling(Objective[MLMCorpus]):
         return int((logits.argmax(-1) == targets).sum().item()), targets.numel()
 
     def metrics(self, sums: list[float], split: str) -> dict[str, float]:
-        nats, correct, n = sums
-        loss = nats / max(n, 1)
-        return {
-            "loss": loss,
-            "perplexity": math.exp(loss) if loss < 700 else math.inf,
-            "accuracy": correct / max(n, 1),
-            "masked_tokens": int(n),
-        }
+        return token_metrics(sums, "masked_tokens")
 
     def rates(self, steps: int, seconds: float, batch_size: int) -> dict[str, float]:
-        tokens = steps * batch_size * self.max_len
-        return {
-            "steps_per_s": steps / max(seconds, 1e-9),
-            "tokens_per_s": tokens / max(seconds, 1e-9),
-        }
+        return token_rates(steps, seconds, steps * batch_size * self.max_len)
 
     def final_results(self, model: nn.Module, device: torch.device) -> dict[str, Any]:
         """The loss curve, written to ``mlm_curve.csv`` in the run folder."""

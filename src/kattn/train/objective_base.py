@@ -3,6 +3,7 @@ themselves are in :mod:`kattn.train.objectives` and :mod:`kattn.train.translatio
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -145,6 +146,28 @@ def shuffled_index(n: int, limit: int | None, seed: int) -> Tensor:
         generator = torch.Generator().manual_seed(seed)
         return torch.randperm(n, generator=generator)[:limit]
     return torch.arange(n)
+
+
+def token_metrics(sums: list[float], count_key: str) -> dict[str, float]:
+    """The metrics of a task that predicts tokens, from summed ``[nats, correct, count]``:
+    the loss (mean nats per scored token), its perplexity (inf past ``exp(700)``), top-1
+    accuracy, and the count of scored tokens as ``count_key``."""
+    nats, correct, n = sums
+    loss = nats / max(n, 1)
+    return {
+        "loss": loss,
+        "perplexity": math.exp(loss) if loss < 700 else math.inf,
+        "accuracy": correct / max(n, 1),
+        count_key: int(n),
+    }
+
+
+def token_rates(steps: int, seconds: float, tokens: float) -> dict[str, float]:
+    """Optimiser steps and ``tokens`` (read in those steps) per second of ``seconds``."""
+    return {
+        "steps_per_s": steps / max(seconds, 1e-9),
+        "tokens_per_s": tokens / max(seconds, 1e-9),
+    }
 
 
 class ClassAccuracy:

@@ -36,12 +36,23 @@ from torch import Tensor, nn
 from ..data import DataFormatError, LMData, TaskData, Tokenizer, unigram_bits_per_byte
 from .batches import key_mask, majority_baseline, make_batch
 from .config import CLASSIFICATION_TASKS, RunConfig
-from .field_checks import refuse_image_fields, refuse_translation_fields
+from .field_checks import (
+    refuse_image_fields,
+    refuse_translation_fields,
+    refuse_unread_data_fields,
+)
 from .finetune import FineTuning, TextClassification
 from .image_classification import ImageClassification
 from .image_generation import ImageGeneration
 from .mlm import MaskedLanguageModelling
-from .objective_base import SPLITS, ClassAccuracy, Objective, shuffled_index
+from .objective_base import (
+    SPLITS,
+    ClassAccuracy,
+    Objective,
+    shuffled_index,
+    token_metrics,
+    token_rates,
+)
 from .tasks import block_size, build_lm, load_lm_data, load_task, run_tokenizer
 from .tasks import build_model as build_classifier
 from .translation import Translation
@@ -161,12 +172,8 @@ class LanguageModelling(Objective[LMData]):
     def check_data_fields(config: RunConfig) -> None:
         refuse_translation_fields(config)
         refuse_image_fields(config)
-        for key in ("max_len", "truncate"):
-            if getattr(config.data, key) is not None:
-                raise ValueError(
-                    f"data.{key} is not used by task lm: its sequences are blocks of "
-                    f"data.block_size tokens"
-                )
+        why = ": its sequences are blocks of data.block_size tokens"
+        refuse_unread_data_fields(config, ("max_len", "truncate"), why)
 
     def __init__(self, config: RunConfig, data: LMData) -> None:
         super().__init__(config, data)
@@ -224,23 +231,13 @@ class LanguageModelling(Objective[LMData]):
         return int((logits.argmax(-1) == targets).sum().item()), targets.numel()
 
     def metrics(self, sums: list[float], split: str) -> dict[str, float]:
-        nats, correct, n = sums
-        loss = nats / max(n, 1)
+        nats, _, n = sums
         scored_bytes = n * self.data.bytes_per_token(split)
-        return {
-            "loss": loss,
-            "perplexity": math.exp(loss) if loss < 700 else math.inf,
-            "accuracy": correct / max(n, 1),
-            "bits_per_byte": nats / math.log(2) / max(scored_bytes, 1e-9),
-            "tokens": int(n),
-        }
+        bits = nats / math.log(2) / max(scored_bytes, 1e-9)
+        return {**token_metrics(sums, "tokens"), "bits_per_byte": bits}
 
     def rates(self, steps: int, seconds: float, batch_size: int) -> dict[str, float]:
-        tokens = steps * batch_size * self.block_size
-        return {
-            "steps_per_s": steps / max(seconds, 1e-9),
-            "tokens_per_s": tokens / max(seconds, 1e-9),
-        }
+        return token_rates(steps, seconds, steps * batch_size * self.block_size)
 
     def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
         results: dict[str, Any] = {f"test_{k}": v for k, v in test.items()}

@@ -158,25 +158,43 @@ def run_tokenizer(run_dir: str | Path, config: RunConfig) -> Tokenizer:
     return load_tokenizer(copy if copy is not None and copy.is_file() else config.data.tokenizer)
 
 
+#: the keyword arguments of the encoder that the config gives, and the fields giving them.
+ENCODER_KEYWORDS = {
+    "dim": "model.dim",
+    "depth": "model.num_layers",
+    "num_heads": "model.num_heads",
+    "ffn_dim": "model.ffn_dim",
+    "positions": "model.positions",
+    "norm_first": "model.norm_first",
+    "dropout": "model.dropout",
+    "attention_dropout": "model.attention_dropout",
+    "block_skip": "model.block_skip",
+    "out_proj": "model.out_proj",
+    "embedding_std": "model.embedding_std",
+    "mechanism": "attention.name",
+}
+
+
+def encoder_options(config: RunConfig) -> dict[str, Any]:
+    """The keyword arguments of :class:`~kattn.nn.encoder.TransformerEncoder` (and of the
+    models over it) that ``config`` gives: :data:`ENCODER_KEYWORDS` and the mechanism's
+    options, which must not set one of those (``ValueError`` naming the field that does)."""
+    for key, field in ENCODER_KEYWORDS.items():
+        if key in config.attention.options:
+            raise ValueError(
+                f"attention.options must not hold {key!r}: the encoder's {key} is {field}"
+            )
+    values = {}
+    for key, field in ENCODER_KEYWORDS.items():
+        section, name = field.split(".")
+        values[key] = getattr(getattr(config, section), name)
+    return {**values, **config.attention.options}
+
+
 def build_model(config: RunConfig, data: TaskData) -> nn.Module:
     """The classifier of ``config.model`` over classification ``data``, with
     ``config.attention`` in every layer (task ``lm`` builds :func:`build_lm`)."""
     m = config.model
-    encoder: dict[str, Any] = {
-        "dim": m.dim,
-        "depth": m.num_layers,
-        "num_heads": m.num_heads,
-        "ffn_dim": m.ffn_dim,
-        "positions": m.positions,
-        "norm_first": m.norm_first,
-        "dropout": m.dropout,
-        "attention_dropout": m.attention_dropout,
-        "block_skip": m.block_skip,
-        "out_proj": m.out_proj,
-        "embedding_std": m.embedding_std,
-        "mechanism": config.attention.name,
-        **config.attention.options,
-    }
     cls = DualEncoderClassifier if data.train.paired else SequenceClassifier
     return cls(
         data.vocab_size,
@@ -184,29 +202,16 @@ def build_model(config: RunConfig, data: TaskData) -> nn.Module:
         data.num_classes,
         pooling=m.pooling,
         head_hidden=m.head_hidden,
-        **encoder,
+        **encoder_options(config),
     )
 
 
 def build_lm(config: RunConfig, vocab_size: int) -> CausalLM:
     """The :class:`~kattn.nn.CausalLM` of ``config.model`` over ``vocab_size`` ids, reading
     blocks of :func:`block_size` tokens, with ``config.attention`` in every layer."""
-    m = config.model
     return CausalLM(
         vocab_size,
         block_size(config),
-        dim=m.dim,
-        depth=m.num_layers,
-        num_heads=m.num_heads,
-        ffn_dim=m.ffn_dim,
-        mechanism=config.attention.name,
-        positions=m.positions,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        norm_first=m.norm_first,
-        embedding_std=m.embedding_std,
-        tie_embeddings=m.tie_embeddings,
-        block_skip=m.block_skip,
-        out_proj=m.out_proj,
-        **config.attention.options,
+        tie_embeddings=config.model.tie_embeddings,
+        **encoder_options(config),
     )

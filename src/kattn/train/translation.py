@@ -10,7 +10,6 @@ step and ``train.eval_batches`` batches per validation.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,8 @@ from ..nn import Seq2Seq
 from ..registry import MECHANISMS
 from .bleu import Decoding, check_bleu_available, corpus_bleu, translate_ids
 from .config import RunConfig
-from .field_checks import refuse_image_fields
-from .objective_base import SPLITS, Objective
+from .field_checks import refuse_image_fields, refuse_unread_data_fields
+from .objective_base import SPLITS, Objective, token_metrics, token_rates
 from .translation_data import (
     TOKENIZER_FILE,
     TranslationData,
@@ -137,9 +136,7 @@ class Translation(Objective[TranslationData]):
 
     @staticmethod
     def check_data_fields(config: RunConfig) -> None:
-        for key in ("block_size", "truncate"):
-            if getattr(config.data, key) is not None:
-                raise ValueError(f"data.{key} is not used by task translation")
+        refuse_unread_data_fields(config, ("block_size", "truncate"))
         refuse_image_fields(config)
         if not 0.0 <= config.optim.label_smoothing < 1.0:
             raise ValueError(
@@ -239,20 +236,12 @@ class Translation(Objective[TranslationData]):
         return int(correct.sum().item()), int(scored.sum().item())
 
     def metrics(self, sums: list[float], split: str) -> dict[str, float]:
-        nats, correct, n = sums
-        loss = nats / max(n, 1)
-        return {
-            "loss": loss,
-            "perplexity": math.exp(loss) if loss < 700 else math.inf,
-            "accuracy": correct / max(n, 1),
-            "tokens": int(n),
-        }
+        return token_metrics(sums, "tokens")
 
     def rates(self, steps: int, seconds: float, batch_size: int) -> dict[str, float]:
         """Steps per second and target tokens per second (the training set's mean target
         tokens per batch times batches per second)."""
-        per_s = steps / max(seconds, 1e-9)
-        return {"steps_per_s": per_s, "tokens_per_s": per_s * batch_size * self.tokens_per_batch}
+        return token_rates(steps, seconds, steps * batch_size * self.tokens_per_batch)
 
     def bleu(self, model: nn.Module, split: str, device: torch.device) -> dict[str, Any]:
         """BLEU of the beam-searched translations of ``split`` (its first ``bleu_examples``
