@@ -28,6 +28,7 @@ import torch
 
 from ..checks import positive_int
 from .base import DataFormatError, SequenceDataset, TaskData
+from .text_examples import hold_out
 
 #: ids are UTF-8 bytes + 1, and 0 is padding.
 BYTE_VOCAB_SIZE = 257
@@ -105,7 +106,7 @@ def load_text(
         valid_set = test
         info["valid"] = "the test split (LRA: validation = test)"
     else:
-        train_idx, valid_idx = _hold_out(len(train), fraction, seed)
+        train_idx, valid_idx = (torch.tensor(i) for i in hold_out(len(train), fraction, seed))
         train, valid_set = _subset(train, train_idx), _subset(train, valid_idx)
         cut["train"], cut["valid"] = cut["train"][train_idx], cut["train"][valid_idx]
         info["valid"] = f"{len(valid_set)} train reviews held out at random (seed {seed})"
@@ -180,18 +181,6 @@ def _read_split(split_dir: Path) -> tuple[list[bytes], list[int], int]:
 def _dataset(docs: Sequence[bytes], labels: Sequence[int], max_len: int) -> SequenceDataset:
     tokens, lengths = pad_bytes(docs, max_len)
     return SequenceDataset(tokens, lengths, torch.tensor(labels, dtype=torch.int64))
-
-
-def _hold_out(n: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices of the kept and the held-out train examples, each in file order."""
-    n_valid = round(n * fraction)
-    if not 0 < n_valid < n:
-        raise ValueError(
-            f"valid={fraction} of {n} train reviews holds out {n_valid}; choose a fraction that "
-            f"leaves at least one review in each part"
-        )
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    return perm[n_valid:].sort().values, perm[:n_valid].sort().values
 
 
 def _subset(data: SequenceDataset, index: torch.Tensor) -> SequenceDataset:

@@ -74,8 +74,8 @@ def hold_out(n: int, fraction: float, seed: int, cap: int | None = None) -> tupl
         count = min(count, cap)
     if not 0 < count < n:
         raise ValueError(
-            f"holding out {fraction} of {n} training examples leaves a part empty: a run needs "
-            f"at least one example to train on and one to validate on"
+            f"{fraction} of {n} training examples holds out {count}, which leaves a part "
+            f"empty: a run needs at least one example to train on and one to validate on"
         )
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     return sorted(perm[count:].tolist()), sorted(perm[:count].tolist())
