@@ -27,6 +27,8 @@ from kattn.train.finetune_hf_data import encode_hf  # noqa: E402
 from kattn.train.loop import Interrupted, train  # noqa: E402
 from kattn.train.run import evaluate_saved_run  # noqa: E402
 
+from ..data.test_glue import write_release  # noqa: E402
+
 WORDS = ("apple", "river", "stone")
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LOOP = ["train.steps=4", "train.batch_size=8", "train.eval_every=2", "train.log_every=2",
@@ -136,6 +138,20 @@ def test_command_line_runs_performer(checkpoint: Path, agnews: Path, tmp_path: P
     assert results["data"]["max_len"] == 24 and "accuracy" in results["test_metrics"]
     recorded = json.loads((out / "hf" / "config.json").read_text())["kattn"]
     assert recorded == {"mechanism": "performer", "options": {"num_features": 8}}
+
+
+def test_stsb_is_a_regression_of_pairs(checkpoint: Path, tmp_path: Path) -> None:
+    root = write_release(tmp_path / "glue", ("STS-B",))
+    rows = (root / "STS-B" / "train.tsv").read_text().splitlines()
+    extra = [f"{i}\tg\tf\ty\t0\tn\tn\tthe apple {i}.\tthe stone.\t{i % 6 * 0.9:.1f}"
+             for i in range(20)]  # fmt: skip
+    (root / "STS-B" / "train.tsv").write_text("\n".join(rows + extra) + "\n")
+    config = hf_config(checkpoint, root, 'data.glue="STS-B"', "train.steps=2")
+    results = train(config, tmp_path / "run", progress=False)
+    assert results["metric_names"] == ["pearson", "spearman"]
+    assert results["test_accuracy"] is None and results["best_valid_loss"] > 0
+    saved = json.loads((tmp_path / "run" / "hf" / "config.json").read_text())
+    assert saved["problem_type"] == "regression" and len(saved["id2label"]) == 1
 
 
 @pytest.mark.parametrize("mechanism", ["softmax", "performer"])
