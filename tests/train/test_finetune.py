@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from kattn.cli import main
 from kattn.train import apply_overrides, load_trained_model, preset
@@ -18,6 +19,7 @@ from kattn.train.checkpoint import BEST, load_checkpoint
 from kattn.train.config import RunConfig
 from kattn.train.finetune import adopt_start, check_start, start_encoder_state
 from kattn.train.loop import train
+from kattn.train.objectives import build_objective, objective_class
 from kattn.train.validation import validate
 
 from ..data.test_glue import write_release
@@ -62,6 +64,11 @@ def test_finetuning_starts_from_the_mlm_encoder(mlm_run: Path, agnews: Path, tmp
     config = finetune_config(mlm_run, agnews)
     assert (config.model.dim, config.data.max_len) == (16, 24)  # adopted from the run
     pretrained = start_encoder_state(mlm_run / BEST)
+    # the model the task builds holds the pre-trained encoder exactly, before any step
+    objective = build_objective(config, objective_class("finetune").load_data(config))
+    built = objective.build_model(config).encoder.state_dict()
+    assert built.keys() == pretrained.keys()
+    assert all(torch.equal(built[k], pretrained[k]) for k in pretrained)
     results = train(config, tmp_path / "ft", progress=False)
     assert results["task"] == "finetune" and results["init_from"] == str(mlm_run / BEST)
     assert results["metric_names"] == ["accuracy"]
