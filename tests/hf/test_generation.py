@@ -33,13 +33,15 @@ def test_cached_greedy_equals_reencoding(family: str, mechanism: str) -> None:
     assert torch.equal(cached, reencoded)
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt_neox", "opt"])
 @pytest.mark.parametrize("mechanism", list(MECHANISMS))
-def test_cached_logits_equal_full_forward(mechanism: str) -> None:
-    """Prompt of 5 then one token at a time through the cache generate would make."""
+def test_cached_logits_equal_full_forward(family: str, mechanism: str) -> None:
+    """Prompt of 5 then one token at a time through the cache generate would make. GPT-NeoX
+    hands its attention the cache as layer_past=; OPT scales its queries itself."""
     from transformers import DynamicCache
 
-    model = hf.use(make("llama").double(), mechanism, **MECHANISMS[mechanism])
-    ids = inputs("llama", batch=2, length=9)["input_ids"]
+    model = hf.use(make(family).double(), mechanism, **MECHANISMS[mechanism])
+    ids = inputs(family, batch=2, length=9)["input_ids"]
     with torch.no_grad():
         full = model(ids).logits
         cache = DynamicCache(config=model.config)

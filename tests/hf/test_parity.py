@@ -60,6 +60,21 @@ def test_gpt2_scaling_by_layer_is_honoured() -> None:
         assert (output(model, batch) - expected).abs().max() <= 1e-6
 
 
+def test_a_scale_option_must_be_the_scaling_the_model_applies() -> None:
+    """OPT scales its queries and calls attention with scaling 1.0: scale=1.0 is its own
+    scaling (softmax equals eager), while Llama's 1/sqrt(8) refuses it."""
+    opt = make("opt").double()
+    batch = inputs("opt")
+    opt.set_attn_implementation("eager")
+    with torch.no_grad():
+        expected = output(opt, batch)
+        got = output(hf.use(opt, "softmax", scale=1.0), batch)
+    assert (got - expected).abs().max() <= 1e-6
+    llama = hf.use(make("llama"), "softmax", scale=1.0)
+    with pytest.raises(NotImplementedError, match="scale: the option sets 1"):
+        output(llama, inputs("llama"))
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize(
     "mechanism, options",

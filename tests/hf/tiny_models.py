@@ -11,8 +11,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 VOCAB = 100
-FAMILIES = ("bert", "roberta", "gpt2", "llama", "mistral", "vit")
-CAUSAL = ("gpt2", "llama", "mistral")
+FAMILIES = ("bert", "roberta", "gpt2", "llama", "mistral", "opt", "gpt_neox", "vit")
+CAUSAL = ("gpt2", "llama", "mistral", "opt", "gpt_neox")
 
 
 def make(family: str, **overrides: Any) -> Any:
@@ -43,6 +43,24 @@ def make(family: str, **overrides: Any) -> Any:
             **common,
             **extra,
         )
+    elif family == "opt":  # scales its queries itself and calls attention with scaling 1.0
+        cls, config = (
+            t.OPTForCausalLM,
+            t.OPTConfig(
+                vocab_size=VOCAB,
+                ffn_dim=64,
+                max_position_embeddings=64,
+                word_embed_proj_dim=32,
+                **common,
+            ),
+        )
+    elif family == "gpt_neox":  # hands its attention the cache as layer_past=
+        cls, config = (
+            t.GPTNeoXForCausalLM,
+            t.GPTNeoXConfig(
+                vocab_size=VOCAB, intermediate_size=64, max_position_embeddings=64, **common
+            ),
+        )
     elif family == "vit":
         cls, config = (
             t.ViTModel,
@@ -55,6 +73,27 @@ def make(family: str, **overrides: Any) -> Any:
     for key, value in overrides.items():
         setattr(config, key, value)
     return cls(config).eval()
+
+
+def make_bart() -> Any:
+    """A seeded tiny BART (encoder-decoder: self- and cross-attention), eval mode."""
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    return transformers.BartForConditionalGeneration(config).eval()
 
 
 def inputs(family: str, batch: int = 2, length: int = 12) -> dict[str, torch.Tensor]:

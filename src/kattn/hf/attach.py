@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import Cache, EncoderDecoderCache
 
 from ..attention.base import Attention
 from ..registry import build
@@ -83,7 +83,9 @@ def build_for(
 
     HF's ``scaling`` (``module.scaling``) becomes the ``scale`` option of a mechanism whose
     default scale is softmax's ``1/√D`` (softmax, performer, ...) when it differs from it and
-    ``options`` set no scale; mechanisms with a kernel of their own keep their scale.
+    ``options`` set no scale (the attention function then follows the scaling each call
+    passes: :func:`kattn.hf.attention.follow_scaling`); mechanisms with a kernel of their own
+    keep their scale.
     """
     heads, head_dim, max_len = layer_sizes(module)
     if "dropout" in options:
@@ -93,7 +95,7 @@ def build_for(
         )
     attn = build(mechanism, head_dim=head_dim, num_heads=heads, max_len=max_len, **options)
     scaling = getattr(module, "scaling", None)
-    if scaling is not None and "scale" not in options and _softmax_scale(attn, head_dim):
+    if scaling is not None and follows_scaling(attn, options):
         if not math.isclose(float(scaling), head_dim**-0.5, rel_tol=1e-12):
             attn = build(
                 mechanism,
@@ -115,12 +117,18 @@ def build_for(
     return attn.to(device=device, dtype=dtype)
 
 
-def _softmax_scale(attn: Attention, head_dim: int) -> bool:
-    """Whether ``attn`` scales ``q·k`` by softmax's default ``1/√D`` (``scale`` None means it)."""
-    if not hasattr(attn, "scale"):
+def follows_scaling(attn: Attention, options: dict[str, Any], scaling: Any = None) -> bool:
+    """Whether ``attn``, built with ``options``, takes the model's scaling of the logits:
+    ``options`` set no scale and ``attn`` scales ``q·k`` by softmax's default ``1/√D``
+    (``scale`` None means it) or by ``scaling``, which :func:`build_for` gave it."""
+    if "scale" in options or not hasattr(attn, "scale"):
         return False
     scale: Any = cast(Any, attn).scale
-    return scale is None or math.isclose(float(scale), head_dim**-0.5, rel_tol=1e-9)
+    return scale is None or any(
+        math.isclose(float(scale), float(s), rel_tol=1e-9)
+        for s in (attn.head_dim**-0.5, scaling)
+        if s is not None
+    )
 
 
 def attach(module: Any, mechanism: str, options: dict[str, Any], **kwargs: Any) -> Attention:
@@ -129,6 +137,7 @@ def attach(module: Any, mechanism: str, options: dict[str, Any], **kwargs: Any) 
     about to load), it is :func:`complete` d at the first forward, if not before."""
     attn = build_for(module, mechanism, options, **kwargs).train(module.training)
     setattr(module, ATTRIBUTE, attn)
+    module._kattn_follows_scaling = follows_scaling(attn, options, getattr(module, "scaling", None))
     module._kattn_mechanism = mechanism
     module._kattn_options = dict(options)
     module._kattn_pending = any(t.is_meta for t in _tensors(attn))
@@ -198,16 +207,31 @@ def _pre_forward(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     if mechanism_of(module.config._attn_implementation) is None:
         return
     attn = module_attention(module)
-    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    cache = find_cache(args, kwargs)
+    layer_idx = getattr(module, "layer_idx", None)
+    module._kattn_decoded = 0
     if isinstance(cache, EncoderDecoderCache):
         cache = cache.self_attention_cache
+        if not getattr(module, "is_causal", False) and layer_idx is not None:
+            # a cross-attention runs after its layer's self-attention has counted the new
+            # tokens: the queries of this call are the last of these
+            module._kattn_decoded = cache.get_seq_length(layer_idx)
     module._kattn_cache = cache
     # in training a forward goes through the mechanism's forward (its redraw schedule,
     # dropout) and the keys stay in HF's cache; in eval a recurrent state replaces them
     recurrent = attn.supports_recurrent and getattr(module, "is_causal", False)
     recurrent = recurrent and not module.training
-    if cache is not None and recurrent and getattr(module, "layer_idx", None) is not None:
-        prepare_layer(cache, module.layer_idx)
+    if cache is not None and recurrent and layer_idx is not None:
+        prepare_layer(cache, layer_idx)
+
+
+def find_cache(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Cache | None:
+    """The cache an attention module's forward is given, under any name (``cache``,
+    ``past_key_values``, GPT-NeoX's ``layer_past``, ...) or position."""
+    for value in (*kwargs.values(), *args):
+        if isinstance(value, Cache):
+            return value
+    return None
 
 
 def _post_forward(module: Any, args: Any, output: Any) -> None:

@@ -10,8 +10,9 @@ With a cache there are two decoding paths. A :class:`~kattn.hf.cache.RecurrentLa
 over only the new keys, which go through the mechanism's ``prefill``/``step``. Keys from a
 key/value cache (mechanisms without a recurrent form) are more than the queries; the queries
 are then placed at the end of a zero-filled block as long as the keys and the causal forward
-is run, keeping its last rows: query rows of these mechanisms do not depend on one another,
-so this is the output the full forward gives them.
+is run, keeping its last rows: the output the full forward gives them, where query rows do
+not depend on one another (:mod:`kattn.hf.rows`; other mechanisms are refused). A cached
+cross-attention step is refused likewise where its query's rows depend on its position.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..attention.base import Attention
 from .attach import module_attention
 from .cache import RecurrentLayer
 from .masks import key_padding_mask
+from .rows import check_cross_step, check_last_rows
 
 #: Arguments of transformers' attention functions that change the maths and that kattn
 #: mechanisms cannot apply.
@@ -54,7 +56,7 @@ def attention_forward(
                 "logits it changes); use an implementation of transformers for this model"
             )
     attn = module_attention(module)
-    _check_scaling(module, attn, scaling)
+    follow_scaling(module, attn, scaling)
     _set_dropout(module, attn, float(dropout))
     causal = kwargs.get("is_causal")
     causal = bool(getattr(module, "is_causal", True) if causal is None else causal)
@@ -66,8 +68,11 @@ def attention_forward(
     if layer is not None and causal:
         out = layer.attend(attn, query, key, value, padding)
     elif causal and lq < lk:
+        check_last_rows(attn)
         out = _attend_last_rows(attn, query, key, value, padding)
     else:
+        if not causal:
+            check_cross_step(attn, getattr(module, "_kattn_decoded", 0) - lq)
         out = attn(query, key, value, causal=causal, key_padding_mask=padding)
     return out.transpose(1, 2).contiguous(), None
 
@@ -102,15 +107,28 @@ def _repeat_kv(x: Tensor, heads: int) -> Tensor:
     return x.repeat_interleave(heads // hkv, dim=1)
 
 
-def _check_scaling(module: nn.Module, attn: Attention, scaling: float | None) -> None:
-    """The call's ``scaling`` must be the one the kattn module was built with."""
+def follow_scaling(module: nn.Module, attn: Attention, scaling: float | None) -> None:
+    """Give ``attn`` the call's ``scaling`` of the logits ``q·k``.
+
+    A mechanism whose scale is softmax's ``1/√D`` by default, built without a ``scale``
+    option, takes the call's scaling (OPT, for one, scales its queries itself and calls with
+    1.0); the attribute is read at each forward, so its tensors stay as they are. A ``scale``
+    option must equal the call's scaling (``NotImplementedError`` otherwise); a mechanism with
+    a kernel of its own keeps its scale (:func:`kattn.hf.attach.build_for` warns).
+    """
     if scaling is None or not hasattr(attn, "scale"):
         return
-    built = getattr(module, "scaling", None)
-    if built is not None and not math.isclose(float(scaling), float(built), rel_tol=1e-9):
+    own: Any = attn
+    current = own.scale if own.scale is not None else attn.head_dim**-0.5
+    if math.isclose(float(scaling), float(current), rel_tol=1e-9):
+        return
+    if getattr(module, "_kattn_follows_scaling", False):
+        own.scale = float(scaling)
+    elif "scale" in getattr(module, "_kattn_options", {}):
         raise NotImplementedError(
-            f"scaling: the call scales logits by {scaling}, the kattn module was built for "
-            f"the module's scaling {built}; a scale that changes between calls is not supported"
+            f"scale: the option sets {float(current):.6g} but the model scales this "
+            f"layer's attention logits by {float(scaling):.6g}; leave scale out (the "
+            "kattn module then takes the model's)"
         )
 
 
