@@ -52,3 +52,18 @@ def test_set_on_the_command_line_is_refused(capsys: pytest.CaptureFixture[str]) 
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "data.mask_prob is for task mlm, not lm" in err and "Traceback" not in err
+
+
+def test_embedding_norm_reaches_the_encoders_that_read_it():
+    """``model.embedding_norm`` builds the LayerNorm in the models of the tasks that read it
+    (an LRA classifier, the causal and the masked LM) and is refused where nothing reads it."""
+    from kattn.train.mlm import build_masked_lm
+    from kattn.train.tasks import build_lm
+
+    config = apply_overrides(preset("small", "lm"), ["model.embedding_norm=true"])
+    assert build_lm(config, 50).encoder.embedding_norm is not None
+    config = apply_overrides(preset("small", "mlm"), ["model.embedding_norm=true"])
+    assert build_masked_lm(config, 60).encoder.embedding_norm is not None
+    config = apply_overrides(preset("small", "translation"), ["model.embedding_norm=true"])
+    with pytest.raises(ValueError, match=r"model\.embedding_norm is for tasks listops"):
+        validate(config)

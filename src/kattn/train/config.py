@@ -44,11 +44,13 @@ class ModelConfig:
     decoder's. ``patch_size`` (default 4) and ``drop_path`` (DeiT's stochastic depth, rising
     linearly to it over the layers) are the image classifier's
     (:class:`kattn.nn.VisionTransformer`); the image tasks read ``pooling`` ``mean`` as global
-    average pooling. ``init_from`` is the ``mlm`` run folder whose encoder starts the model of
-    task ``finetune`` (:mod:`kattn.train.finetune`; the encoder's fields are that run's).
-    ``init_from_hf`` is instead a local Hugging Face checkpoint that task ``finetune`` loads as
-    a sequence classifier running the run's mechanism (:mod:`kattn.train.finetune_hf`; its
-    config decides the other model fields)."""
+    average pooling. ``embedding_norm`` puts a LayerNorm over the token plus position
+    embeddings (BERT's, in front of post-LN blocks) in the encoders of the LRA tasks, ``lm``,
+    ``mlm`` and the text tasks. ``init_from`` is the ``mlm`` run folder whose encoder starts
+    the model of task ``finetune`` (:mod:`kattn.train.finetune`; the encoder's fields are that
+    run's). ``init_from_hf`` is instead a local Hugging Face checkpoint that task ``finetune``
+    loads as a sequence classifier running the run's mechanism
+    (:mod:`kattn.train.finetune_hf`; its config decides the other model fields)."""
 
     dim: int = 64
     num_layers: int = 2
@@ -66,6 +68,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     patch_size: int | None = None
     drop_path: float = 0.0
+    embedding_norm: bool = False
     init_from: str | None = None
     init_from_hf: str | None = None
 

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from ..nn.image_grid import IMAGE_POSITIONS
-from .config import TEXT_TASKS, DataConfig, ModelConfig, RunConfig
+from .config import CLASSIFICATION_TASKS, TEXT_TASKS, DataConfig, ModelConfig, RunConfig
 
 #: the data fields of the image tasks, and the model fields of the image classifier.
 IMAGE_DATA_FIELDS = ("image_size", "crop_scale", "flip", "randaugment", "mixup", "cutmix")
@@ -56,13 +56,15 @@ TEXT_FIELD_TASKS = {
     "data.glue": TEXT_TASKS,
     "model.init_from": ("finetune",),
     "model.init_from_hf": ("finetune",),
+    # the encoders of TransformerEncoder (not translation's or the image models)
+    "model.embedding_norm": (*CLASSIFICATION_TASKS, "lm", "mlm", *TEXT_TASKS),
 }
 
 
 def refuse_text_fields(config: RunConfig) -> None:
     """``ValueError`` for a field of task ``mlm`` (its masking) or of the text tasks
-    (``data.glue``, ``model.init_from``, ``model.init_from_hf``) changed from its default in
-    a run of a task that does not read it."""
+    (``data.glue``, ``model.init_from``, ``model.init_from_hf``), or ``model.embedding_norm``,
+    changed from its default in a run of a task that does not read it."""
     task, defaults = config.data.task, RunConfig()
     for key, tasks in TEXT_FIELD_TASKS.items():
         section, name = key.split(".")

@@ -17,6 +17,7 @@ from .mlm_data import mlm_max_len
 #: the fields that shape a pre-trained encoder: a fine-tuned model takes them from its run.
 ENCODER_FIELDS = ("model.dim", "model.num_layers", "model.num_heads", "model.ffn_dim",
                   "model.positions", "model.norm_first", "model.block_skip", "model.out_proj",
+                  "model.embedding_norm",
                   "attention.name", "attention.options", "data.tokenizer",
                   "data.max_len")  # fmt: skip
 

@@ -247,7 +247,8 @@ PRESETS["small"]["mlm"] = {
 PRESETS["luo-bert-base"] = {
     "mlm": {
         "model.dim": 768, "model.num_layers": 12, "model.num_heads": 12, "model.ffn_dim": 3072,
-        "model.norm_first": False, "model.positions": "learned", "model.dropout": 0.1,
+        "model.norm_first": False, "model.embedding_norm": True, "model.positions": "learned",
+        "model.dropout": 0.1,
         "model.attention_dropout": 0.0, "attention.name": "nprf_rpe",
         "attention.options.num_features": 64, "data.max_len": 512,
         "train.batch_size": 2048, "optim.accumulate": 32, "train.steps": 1_000_000,

@@ -171,6 +171,7 @@ ENCODER_KEYWORDS = {
     "block_skip": "model.block_skip",
     "out_proj": "model.out_proj",
     "embedding_std": "model.embedding_std",
+    "embedding_norm": "model.embedding_norm",
     "mechanism": "attention.name",
 }
 
