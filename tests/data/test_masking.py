@@ -161,3 +161,16 @@ def test_bad_settings_are_refused():
         MaskingConfig(mask_token_share=0.8, random_token_share=0.3)
     with pytest.raises(ValueError, match=r"tokens must be \(B, L\) integer ids"):
         draw(torch.zeros(4, dtype=torch.long))
+
+
+def test_a_bpe_vocabulary_with_hash_pieces_is_not_read_as_wordpiece():
+    """A byte-level BPE learnt on code holds ``##`` pieces (comment rules): its words still
+    start at ``Ġ``; a WordPiece vocabulary with a stray ``▁`` piece still continues at ``##``."""
+    from kattn.data.mlm_vocab import _word_start_table
+
+    bpe = ["ma", "sked", "Ġma", "sked", "##", "###", "Ġthe"]
+    assert _word_start_table(bpe, 7, set()).tolist() == [
+        False, False, True, False, False, False, True,
+    ]  # fmt: skip
+    wordpiece = ["the", "##s", "mask", "##ed", "▁"]
+    assert _word_start_table(wordpiece, 5, set()).tolist() == [True, False, True, False, True]

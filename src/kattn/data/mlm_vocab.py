@@ -150,13 +150,15 @@ def mlm_vocab(tokenizer: Tokenizer) -> MLMVocab:
 def _word_start_table(pieces: list[str], size: int, special: set[int]) -> Tensor | None:
     """``(size,)`` bool: which ids start a word, from the ``pieces`` of the tokenizer's ids
     (the specials and the ids appended after them always do); None when no piece carries a
-    marker."""
+    marker. A vocabulary is read as WordPiece when more of its pieces carry ``##`` than a
+    word-start mark: a byte-level BPE learnt on code has ``##`` pieces of its own (comment
+    rules), a WordPiece vocabulary hardly any ``▁`` or ``Ġ``."""
     pieces = [p if i not in special else "" for i, p in enumerate(pieces)]
-    wordpiece = any(p.startswith(WORDPIECE_CONTINUATION) for p in pieces)
-    marked = any(p.startswith(WORD_START_MARKS) for p in pieces)
-    if not (wordpiece or marked):
+    continued = sum(p.startswith(WORDPIECE_CONTINUATION) for p in pieces)
+    marked = sum(p.startswith(WORD_START_MARKS) for p in pieces)
+    if not (continued or marked):
         return None
-    if wordpiece:
+    if continued > marked:
         starts = [not p.startswith(WORDPIECE_CONTINUATION) for p in pieces]
     else:
         starts = [p.startswith(WORD_START_MARKS) for p in pieces]
