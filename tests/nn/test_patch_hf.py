@@ -68,3 +68,32 @@ def test_a_model_holding_hf_and_x_transformers_parts_gets_both_patched():
     kattn.patch(model, mechanism="linear")
     assert model["text"].config._attn_implementation == "kattn:linear"
     assert isinstance(model["mixer"].layers[0][1].attend.attention, kattn.Attention)
+
+
+@pytest.mark.parametrize(
+    "options, error",
+    [({"rpe": "module"}, ValueError), ({"dropout": 0.1}, TypeError)],
+    ids=["option-not-json", "dropout-option"],
+)
+def test_a_refusal_for_the_hf_part_comes_before_any_change(options, error):
+    """An option kattn.hf cannot record (a module) or a dropout option: the torch and
+    x-transformers parts, patched first otherwise, stay as they were."""
+    xt = pytest.importorskip("x_transformers")
+    from kattn import positional
+
+    torch.manual_seed(0)
+    model = nn.ModuleDict({
+        "mha": nn.MultiheadAttention(16, 2, batch_first=True),
+        "text": tiny_bert(),
+        "mixer": xt.Encoder(dim=16, depth=1, heads=2, attn_dim_head=8),
+    })  # fmt: skip
+    if options.get("rpe") == "module":
+        options = {"rpe": positional.build("decay", num_heads=2)}
+        mechanism = "nprf_rpe"
+    else:
+        mechanism = "softmax"
+    with pytest.raises(error):
+        kattn.patch(model, mechanism=mechanism, **options)
+    assert type(model["mha"]) is nn.MultiheadAttention
+    assert type(model["mixer"].layers[0][1].attend).__name__ == "Attend"
+    assert model["text"].config._attn_implementation != f"kattn:{mechanism}"

@@ -185,3 +185,14 @@ def test_the_api_page_example_runs():
     exec(compile(block, str(page), "exec"), namespace)
     assert isinstance(namespace["model"].attn_layers.layers[0][1].attend, XTransformersAttend)
     assert (namespace["after"] - namespace["before"]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=str)
+def test_the_core_takes_the_models_dtype(dtype):
+    torch.manual_seed(0)
+    model = wrapper(xt.Encoder(dim=32, depth=1, heads=4)).to(dtype).eval()
+    kattn.patch(model, mechanism="performer", num_features=16)
+    core = model.attn_layers.layers[0][1].attend.attention
+    assert {t.dtype for t in [*core.parameters(), *core.buffers()]} == {dtype}
+    with torch.no_grad():
+        assert model(torch.randint(0, 50, (1, 10))).dtype == dtype

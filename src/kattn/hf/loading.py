@@ -32,8 +32,8 @@ def use(model: M, mechanism: str, **options: Any) -> M:
     Returns:
         ``model``, changed in place.
     """
+    check_options(mechanism, options)
     implementation = implementation_name(mechanism)
-    _check_recordable(options)
     modules = attention_modules(model)
     if not modules:
         raise ValueError(
@@ -105,6 +105,19 @@ def _record(model: nn.Module, modules: list[nn.Module], mechanism: str, options:
     configs = {id(c): c for c in [model.config, *(m.config for m in modules)]}
     for config in configs.values():
         setattr(config, CONFIG_KEY, record)
+
+
+def check_options(mechanism: str, options: dict[str, Any]) -> None:
+    """What :func:`use` refuses before changing a model: a mechanism that is not registered
+    (``ValueError``), an option ``config.json`` cannot hold (``ValueError``) and a
+    ``dropout`` option (``TypeError``: the model's config gives the rate)."""
+    implementation_name(mechanism)
+    _check_recordable(options)
+    if "dropout" in options:
+        raise TypeError(
+            "dropout: kattn.hf takes the attention dropout of the model's config (the rate "
+            "transformers passes to the attention function), not an option"
+        )
 
 
 def _check_recordable(options: dict[str, Any]) -> None:

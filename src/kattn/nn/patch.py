@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from torch import nn
 
 from .multihead import MultiheadAttention, warn_at_caller
-from .patch_hf import find_hf_models, patch_hf
+from .patch_hf import check_hf, find_hf_models, patch_hf
 from .patch_report import Skipped, attention_like, listing
 from .patch_xtransformers import (
     find_xtransformers,
@@ -54,6 +54,10 @@ def patch(model: M, *, mechanism: str, **options: Any) -> M:
         NotImplementedError: an x-transformers attention uses something the mechanism
             cannot honour (nothing has been changed).
 
+    Every refusal (an x-transformers feature, an option ``kattn.hf`` cannot record in a
+    config, a ``dropout`` option for a Hugging Face model, an option a mechanism rejects)
+    comes before any part of ``model`` is changed.
+
     Returns:
         ``model`` itself, changed in place (or the new module if ``model`` is itself a
         ``torch.nn.MultiheadAttention``).
@@ -72,8 +76,10 @@ def patch(model: M, *, mechanism: str, **options: Any) -> M:
             f"kattn.patch: mechanism {mechanism!r} cannot honour these x-transformers "
             f"attentions (nothing was changed):\n{listing(refused)}"
         )
-    swapped = _swap_torch(model, mechanism, options)
     hf_models = find_hf_models(model)
+    for _, hf in hf_models:
+        check_hf(hf, mechanism, options)
+    swapped = _swap_torch(model, mechanism, options)
     skipped: list[Skipped] = []
     delegated = []
     for name, hf in hf_models:
@@ -96,23 +102,29 @@ def patch(model: M, *, mechanism: str, **options: Any) -> M:
 
 
 def _swap_torch(model: nn.Module, mechanism: str, options: dict[str, Any]) -> list[nn.Module]:
-    """Replace every ``torch.nn.MultiheadAttention``; returns the new modules."""
+    """Replace every ``torch.nn.MultiheadAttention``; returns the new modules. They are all
+    built before the first is put in place, so an option one of them refuses changes nothing."""
     # one new module per torch module: every place that held a shared (tied) module holds
     # the same new one, so its weights stay shared
-    swapped: dict[int, tuple[nn.Module, MultiheadAttention]] = {}
+    swapped: dict[int, MultiheadAttention] = {}
+    places: list[tuple[nn.Module, str, int]] = []
     for parent in list(model.modules()):
         # parent._modules, not named_children(): that skips a child already seen in another
         # slot of the same parent
         for name, child in list(parent._modules.items()):
             if isinstance(child, nn.MultiheadAttention):
                 if id(child) not in swapped:
-                    new = MultiheadAttention.from_torch(child, mechanism=mechanism, **options)
-                    swapped[id(child)] = (child, new)
-                setattr(parent, name, swapped[id(child)][1])
+                    swapped[id(child)] = MultiheadAttention.from_torch(
+                        child, mechanism=mechanism, **options
+                    )
+                places.append((parent, name, id(child)))
+    for parent, name, key in places:
+        setattr(parent, name, swapped[key])
+    for parent in model.modules():
         if isinstance(parent, nn.TransformerEncoder):
             # otherwise padded inputs become nested tensors before reaching the layers
             parent.use_nested_tensor = False
-    return [new for _, new in swapped.values()]
+    return list(swapped.values())
 
 
 def _nothing_replaced(model: nn.Module, skipped: list[Skipped]) -> str:

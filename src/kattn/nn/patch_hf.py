@@ -48,6 +48,20 @@ def interface_applies(module: nn.Module) -> bool:
     return bool(can_set()) if callable(can_set) else False
 
 
+def check_hf(module: nn.Module, mechanism: str, options: dict[str, Any]) -> None:
+    """Raise what ``kattn.hf.use`` would refuse for Hugging Face model ``module`` (options
+    ``config.json`` cannot hold, a ``dropout`` option, an unknown mechanism), so that
+    ``kattn.patch`` refuses before changing any part of a model; nothing where
+    :func:`patch_hf` would leave the model as it is."""
+    if not interface_applies(module):
+        return
+    try:
+        hf = importlib.import_module("kattn.hf")
+    except ImportError:
+        return
+    hf.check_options(mechanism, options)
+
+
 def patch_hf(
     name: str, module: nn.Module, mechanism: str, options: dict[str, Any]
 ) -> list[Skipped]:

@@ -295,7 +295,7 @@ def xtransformers_core(target: XTarget, mechanism: str, options: dict[str, Any])
         max_len=max_len,
         **options,
     )
-    return core.to(device=weight.device).train(attend.training)
+    return core.to(device=weight.device, dtype=weight.dtype).train(attend.training)
 
 
 def install(target: XTarget, core: Attention) -> XTransformersAttend:
