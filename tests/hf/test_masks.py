@@ -73,3 +73,36 @@ def test_import_without_transformers_names_the_extra() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode != 0
     assert "pip install kattn[hf]" in result.stderr
+
+
+def test_a_sliding_window_that_covers_the_call_gives_only_the_padding() -> None:
+    """Mistral's default window (4096) over 12 positions: no Lq x Lk mask is built."""
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    keep = torch.ones(2, 12, dtype=torch.bool)
+    keep[0, :3] = False
+    window = {"mask_function": sliding_window_causal_mask_function(4096), "local_size": 4096}
+    args = {"batch_size": 2, "q_length": 12, "kv_length": 12, "attention_mask": keep}
+    got = hf.kattn_mask(**args, **window, allow_is_causal_skip=True)
+    assert got is not None and got.shape == (2, 1, 1, 12)
+    assert torch.equal(got[:, 0, 0], keep)
+    # an overlay laid over the window (transformers then allows no skip) or a window
+    # shorter than the positions: the full pattern, which key_padding_mask checks
+    assert hf.kattn_mask(**args, **window, allow_is_causal_skip=False).shape == (2, 1, 12, 12)
+    short = {"mask_function": sliding_window_causal_mask_function(8), "local_size": 8}
+    assert hf.kattn_mask(**args, **short, allow_is_causal_skip=True).shape == (2, 1, 12, 12)
+    decoding = {**args, "q_length": 1, "q_offset": 11}  # one step after 11 cached keys
+    assert hf.kattn_mask(**decoding, **window, allow_is_causal_skip=True).shape == (2, 1, 1, 12)
+
+
+def test_mistral_with_its_default_window_equals_no_window() -> None:
+    batch = inputs("mistral")
+    mask = torch.ones_like(batch["input_ids"])
+    mask[0, :4] = 0
+    outs = []
+    for window in (None, 4096):
+        model = hf.use(make("mistral", sliding_window=window).double(), "performer")
+        with torch.no_grad():
+            outs.append(model(**batch, attention_mask=mask).logits)
+    real = mask.bool()
+    assert torch.equal(outs[0][real], outs[1][real])

@@ -3,7 +3,8 @@ how a mask of transformers becomes kattn's ``key_padding_mask`` (True marks padd
 
 kattn mechanisms take causality as a flag and padding as a ``(B, Lk)`` mask; they cannot
 apply an arbitrary ``(Lq, Lk)`` pattern (a kernelized sum has no attention matrix to mask).
-For the plain causal and bidirectional patterns the mask function therefore returns only the
+For the plain causal and bidirectional patterns (and a sliding window as wide as every
+position of the call, such as Mistral's default 4096) the mask function therefore returns only the
 padding, as a ``(B, 1, 1, Lk)`` bool "attend" mask (None without padding), so a forward never
 builds an ``Lq × Lk`` tensor; any other pattern (sliding windows, packed sequences, extra mask
 functions) is materialised as transformers' bool mask and :func:`key_padding_mask` accepts it
@@ -43,10 +44,11 @@ def kattn_mask(
 
     Returns:
         None when no key is padded; ``(B, 1, 1, kv_length)`` bool (True = attend) for the
-        causal and bidirectional patterns; the full ``(B, 1, q_length, kv_length)`` bool mask
-        of any other pattern.
+        causal and bidirectional patterns and a plain sliding window that covers every
+        position; the full ``(B, 1, q_length, kv_length)`` bool mask of any other pattern.
     """
-    if mask_function is causal_mask_function or mask_function is bidirectional_mask_function:
+    plain = mask_function is causal_mask_function or mask_function is bidirectional_mask_function
+    if plain or _window_covers(q_length, kv_length, q_offset, kv_offset, kwargs):
         padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
         if padding is None:
             return None
@@ -67,6 +69,20 @@ def kattn_mask(
         use_vmap=kwargs.get("use_vmap", False),
         device=kwargs.get("device", "cpu"),
     )
+
+
+def _window_covers(
+    q_length: int, kv_length: int, q_offset: int, kv_offset: int, kwargs: dict[str, Any]
+) -> bool:
+    """Whether the pattern is a sliding window (``local_size``) with nothing laid over it
+    (transformers then allows the causal or bidirectional skip) that spans every query and key
+    position of the call, so that it is the plain causal or bidirectional pattern."""
+    window = kwargs.get("local_size")
+    plain = kwargs.get("allow_is_causal_skip") or kwargs.get("allow_is_bidirectional_skip")
+    if window is None or not plain:
+        return False
+    span = max(q_offset + q_length, kv_offset + kv_length) - min(q_offset, kv_offset)
+    return span <= int(window)
 
 
 def key_padding_mask(
