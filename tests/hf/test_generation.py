@@ -100,3 +100,24 @@ def test_a_static_cache_is_refused() -> None:
     prompt = inputs("llama", batch=1, length=5)["input_ids"]
     with pytest.raises(NotImplementedError, match="static"):
         model.generate(prompt, max_new_tokens=2, cache_implementation="static", pad_token_id=0)
+
+
+def test_sequences_with_the_same_padding_read_the_prompt_together(monkeypatch) -> None:
+    """A scoring forward of a padded batch: one prefill per padding pattern and layer (not
+    one per sequence), and the logits of the real tokens those of the forward without a
+    cache."""
+    from kattn.hf import cache as cache_module
+
+    model = hf.use(make("llama").double(), "performer", num_features=16)
+    ids = inputs("llama", batch=4, length=9)["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[:2, :3] = 0  # two sequences with the same left padding, two with none
+    calls = []
+    read = cache_module._read
+    monkeypatch.setattr(cache_module, "_read", lambda *a: calls.append(a[1].shape[0]) or read(*a))
+    with torch.no_grad():
+        cached = model(ids, attention_mask=mask).logits
+        plain = model(ids, attention_mask=mask, use_cache=False).logits
+    assert calls == [2, 2, 2, 2]  # two layers, two patterns of two sequences each
+    real = mask.bool()
+    assert_close(cached[real], plain[real])

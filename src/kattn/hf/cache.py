@@ -13,6 +13,8 @@ nothing has to be passed. :class:`RecurrentCache` is the same as a cache of its 
 
 Padded keys count nowhere: a batch whose prompt has padding keeps one state per sequence,
 each of which reads only that sequence's real tokens (the outputs at padded positions are 0).
+Sequences with the same padding (all the unpadded ones, for one) read the prompt in one
+prefill; each decoding step then reads one token per sequence.
 """
 
 from __future__ import annotations
@@ -130,16 +132,51 @@ class RecurrentLayer(CacheLayerMixin):
         if not isinstance(self.state, list):
             self.state = _split(self.state, q.shape[0])
         out = q.new_zeros(*q.shape[:3], v.shape[-1])
-        for b in range(q.shape[0]):
-            keep = torch.arange(q.shape[2], device=q.device)
-            if padding is not None:
-                keep = keep[~padding[b]]
-            if keep.numel() == 0:
+        for keep, rows in _rows_by_keys(padding, q.shape[0], q.shape[2]).items():
+            if not keep:
                 continue
-            qb, kb, vb = (x[b : b + 1, :, keep] for x in (q, k, v))
-            out_b, self.state[b] = _read(attn, qb, kb, vb, self.state[b])
-            out[b : b + 1, :, keep] = out_b.to(out.dtype)
+            if len(rows) > 1 and all(self.state[b] is None for b in rows):
+                # sequences with the same padding read the prompt together (one prefill)
+                self._read_rows(attn, q, k, v, out, rows, list(keep))
+                continue
+            for b in rows:
+                self._read_rows(attn, q, k, v, out, [b], list(keep))
         return out
+
+    def _read_rows(
+        self,
+        attn: Attention,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        rows: list[int],
+        keep: list[int],
+    ) -> None:
+        """Read the keys ``keep`` of the sequences ``rows`` (all with no state yet, or one)
+        into their states, writing their outputs into ``out``."""
+        index = torch.tensor(rows, device=q.device)
+        cols = torch.tensor(keep, device=q.device)
+        qb, kb, vb = (x.index_select(0, index).index_select(2, cols) for x in (q, k, v))
+        state = self.state[rows[0]] if len(rows) == 1 else None
+        out_b, state = _read(attn, qb, kb, vb, state)
+        block = out.index_select(0, index)
+        block[:, :, cols] = out_b.to(out.dtype)
+        out.index_copy_(0, index, block)
+        for i, b in enumerate(rows):
+            self.state[b] = state if len(rows) == 1 else _map(state, _row(i))
+
+
+def _rows_by_keys(
+    padding: Tensor | None, batch: int, length: int
+) -> dict[tuple[int, ...], list[int]]:
+    """The sequences of a batch grouped by the positions of their real (unpadded) keys."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    every = tuple(range(length))
+    for b in range(batch):
+        keep = every if padding is None else tuple(torch.nonzero(~padding[b]).flatten().tolist())
+        groups.setdefault(keep, []).append(b)
+    return groups
 
 
 def _read(attn: Attention, q: Tensor, k: Tensor, v: Tensor, state: Any) -> tuple[Tensor, Any]:
