@@ -6,10 +6,11 @@ into a temporary folder: nothing is downloaded) are loaded back with
 features), ``kattn:nprf_rpe`` (a checkpoint saved by ``kattn.hf.use(..., rpe="decay")``,
 whose config records the decay RPE) and transformers' ``sdpa`` (softmax with its growing
 key/value cache). Each generates 100 tokens greedily (``model.generate``); then, at each
-context length, the prompt is read into the cache ``generate`` would use and the time of
-single-token steps is measured: ``--steps`` steps per round, ``--rounds`` rounds interleaved
-over the models, the median per token reported. The recurrent mechanisms keep a state of
-constant size, so their time per token should not grow with the context; softmax's does.
+context length, the time of single-token steps is measured: ``--rounds`` rounds interleaved
+over the models, each reading a fresh prompt of that length into the cache ``generate`` would
+use (not timed) and timing ``--steps`` steps after it, the median per token reported. The
+recurrent mechanisms keep a state of constant size, so their time per token should not grow
+with the context; softmax's does.
 
 Results go to ``benchmarks/results/hf/hf-decode-<machine>-torch<version>-kattn<version>.{json,md}``.
 
@@ -127,11 +128,16 @@ def measure(paths: dict[str, Path], args: argparse.Namespace) -> tuple[list, lis
     ]
     rows = []
     for context in args.contexts:
-        caches = {key: prefill(m, context) for key, m in models.items()}
         times: dict[tuple[str, str], list[float]] = {key: [] for key in models}
+        starts: dict[tuple[str, str], list[int]] = {key: [] for key in models}
+        layers: dict[tuple[str, str], str] = {}
         for _ in range(args.rounds):
             for key, model in models.items():
-                cache, token = caches[key]
+                # a fresh prefill each round (not timed), so that every round's steps follow
+                # `context` tokens rather than those of the rounds before
+                cache, token = prefill(model, context)
+                starts[key].append(cache.get_seq_length())
+                layers[key] = state_kind(cache)
                 times[key].append(time_steps(model, cache, token, args.steps))
         for (family, implementation), values in times.items():
             rows.append(
@@ -139,7 +145,8 @@ def measure(paths: dict[str, Path], args: argparse.Namespace) -> tuple[list, lis
                     "family": family,
                     "implementation": implementation,
                     "context": context,
-                    "cache_layer": state_kind(caches[(family, implementation)][0]),
+                    "cache_layer": layers[(family, implementation)],
+                    "context_per_round": starts[(family, implementation)],
                     "ms_per_token": 1e3 * statistics.median(values),
                     "ms_per_token_rounds": [1e3 * v for v in values],
                 }
@@ -201,13 +208,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=32, help="single-token steps per round")
     parser.add_argument("--generate", type=int, default=100, help="tokens each model generates")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    parser.add_argument("--quick", action="store_true", help="contexts 16,32; 1 round; 10 tokens")
+    parser.add_argument("--quick", action="store_true", help="contexts 16,32; 2 rounds; 10 tokens")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.contexts, args.rounds, args.steps, args.generate = "16,32", 1, 2, 10
+        args.contexts, args.rounds, args.steps, args.generate = "16,32", 2, 2, 10
     args.contexts = [int(c) for c in str(args.contexts).split(",")]
-    if min(args.contexts) < 1 or max(args.contexts) + args.rounds * args.steps > 8000:
+    if min(args.contexts) < 1 or max(args.contexts) + args.steps > 8000:
         parser.error("--contexts must be positive and leave room below 8,000 positions")
     if args.threads is not None:
         torch.set_num_threads(args.threads)

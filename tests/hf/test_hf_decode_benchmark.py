@@ -25,4 +25,6 @@ def test_quick_run_writes_results(tmp_path: Path) -> None:
         ("kattn:nprf_rpe", "RecurrentLayer"),
     }
     assert {r["context"] for r in report["rows"]} == {16, 32}
+    # each round's steps follow the stated context, not the steps of the rounds before
+    assert all(r["context_per_round"] == [r["context"]] * 2 for r in report["rows"])
     assert "| llama | `kattn:nprf_rpe` |" in md.read_text()
