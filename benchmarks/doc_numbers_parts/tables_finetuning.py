@@ -42,6 +42,10 @@ def finetuning_runs(*files: dict) -> str:
     ]
     first = runs[0]
     sizes, manifest = first["data"]["sizes"], first["data"]["embedded"]
+    for run in runs:  # every run and the baselines read one set
+        assert run["data"]["embedded"]["sha256"] == manifest["sha256"], run["mechanism"]
+    assert bag["sha256"] == manifest["sha256"], "bag-of-bytes.json"
+    parameters = {run["mechanism"]: run["num_parameters"] for run in runs}
     m = first["config"]["model"]
     lines += [
         "",
@@ -49,7 +53,8 @@ def finetuning_runs(*files: dict) -> str:
         f"valid / test) of {len(manifest['classes'])} classes ({', '.join(manifest['classes'])}), "
         f"train.csv SHA-256 `{manifest['sha256']['train.csv'][:16]}…`; {m['num_layers']} "
         f"layers, width {m['dim']}, {m['num_heads']} heads, FFN {m['ffn_dim']}, "
-        f"{first['num_parameters']:,} parameters; {first['steps']:,} steps of "
+        + ", ".join(f"{n:,} parameters with {name}" for name, n in parameters.items())
+        + f"; {first['steps']:,} steps of "
         f"{first['config']['train']['batch_size']} examples.",
     ]
     return "\n".join(lines)
