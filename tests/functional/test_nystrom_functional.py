@@ -130,3 +130,20 @@ def test_conv_skip_sums_the_neighbours_with_the_filter_taps():
     # skip_i = v_{i−1} + 10 v_i + 100 v_{i+1}, zero beyond the ends
     expected = torch.tensor([100.0, 210.0, 321.0, 432.0, 43.0], dtype=torch.float64)
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("lq", [1, 3])
+def test_nystromformer_with_fewer_queries_than_landmarks(lq):
+    """Cross-attention with fewer queries than landmarks (a decoding step over many keys):
+    both sides take min(m, Lq, Lk) landmarks, so the middle kernel is square; the fast path
+    equals the explicit reference, forward and gradients, padded keys included."""
+    attn = kattn.build("nystromformer", head_dim=16, num_heads=3, max_len=64, num_landmarks=4)
+    attn = attn.double()
+    q, k, v = qkv(lq=lq, lk=48, requires_grad=True)
+    mask = padding_mask(2, 48, (0, 5))
+    out = attn(q, k, v, key_padding_mask=mask)
+    assert out.shape == (2, 3, lq, 8) and out.isfinite().all()
+    expected = attn.reference(q, k, v, key_padding_mask=mask)
+    assert_close(out, expected)
+    for got, want in zip(grads(out, q, k, v), grads(expected, q, k, v), strict=True):
+        assert_close(got, want)

@@ -267,8 +267,10 @@ def _landmarks(
         pad = key_padding_mask[:, None, :, None]
         k32, v32 = k32.masked_fill(pad, 0.0), v32.masked_fill(pad, 0.0)
     queries_ok = keys_ok if lq == lk else None
-    q_land, q_land_ok = segment_means(q32, min(num_landmarks, lq), queries_ok)
-    k_land, k_land_ok = segment_means(k32, min(num_landmarks, lk), keys_ok)
+    # one count for both sides: the middle kernel softmax(Q̃ K̃ᵀ) is square, and inverted
+    count = min(num_landmarks, lq, lk)
+    q_land, q_land_ok = segment_means(q32, count, queries_ok)
+    k_land, k_land_ok = segment_means(k32, count, keys_ok)
     return q32, k32, v32, q_land, q_land_ok, k_land, k_land_ok
 
 
