@@ -25,22 +25,24 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
+from ...functional.linear import linear_attention
 from ...functional.linear_causal import LinearState, checked_state
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype
 from .common import (
+    SCAN_STAGES,
     acc_type,
-    block,
     check_chunk,
     checked_inputs,
     guard,
     masked_keys,
     running_offsets,
+    scan_tiles,
     tl,
     triton,
 )
 from .linear_backward import causal_backward
+from .recompute import reference_grads
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -154,14 +156,14 @@ def _launch(
         final = LinearState(torch.empty_like(state.kv), torch.empty_like(state.k_sum), r[..., -1])
     init = state if state is not None else (den, den, den)  # unread unless HAS_INIT
     ends = final if final is not None else (den, den)
-    block_v = min(block(dv), MAX_VALUE_BLOCK)
+    c, block_m, block_v = scan_tiles(m, dv, chunk, MAX_VALUE_BLOCK)
     grid = (b * h, triton.cdiv(dv, block_v))
     _causal_linear_forward[grid](
         fq, fk, v, fq if s is None else s, fq if r is None else r, *init[:3],
         out, den, *ends[:2],
         length, m, dv, eps,
-        C=chunk, BM=block(m), BDV=block_v, HAS_S=s is not None, HAS_INIT=state is not None,
-        STORE_STATE=state is not None, ACC=acc_type(v.dtype),
+        C=c, BM=block_m, BDV=block_v, HAS_S=s is not None, HAS_INIT=state is not None,
+        STORE_STATE=state is not None, ACC=acc_type(v.dtype), num_stages=SCAN_STAGES,
     )  # fmt: skip
     return out, den, final
 
@@ -178,9 +180,15 @@ class _CausalLinear(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         fq, fk, v, s, r, out, den = ctx.saved_tensors
+        if torch.is_grad_enabled():  # backward(create_graph=True): the PyTorch path's graph
+            tensors = dict(phi_q=fq, phi_k=fk, v=v, k_log_scale=s)
+            options = dict(causal=True, eps=ctx.eps)
+            grads = reference_grads(
+                linear_attention, tensors, tuple(ctx.needs_input_grad[:4]), grad, options
+            )
+            return (*grads, None, None)
         dq, dk, dv, ds = causal_backward(fq, fk, v, s, r, out, den, grad, ctx.eps, ctx.chunk)
         return dq, dk, dv, ds, None, None
 

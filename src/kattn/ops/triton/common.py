@@ -23,6 +23,7 @@ __all__ = [
     "MAX_CHUNK",
     "MIN_BLOCK",
     "NO_OFFSET",
+    "SCAN_STAGES",
     "acc_type",
     "block",
     "check_chunk",
@@ -33,6 +34,7 @@ __all__ = [
     "masked_keys",
     "one_length",
     "running_offsets",
+    "scan_tiles",
 ]
 
 #: smallest side of a block that ``tl.dot`` takes.
@@ -42,6 +44,11 @@ MAX_CHUNK = 128
 #: a log-offset below every real one but far from overflow when shifted (``−∞`` would give
 #: ``−∞ − (−∞) = NaN`` where a row sees no key at all).
 NO_OFFSET = -1e30
+#: software-pipelining stages of the kernels that scan a sequence chunk by chunk. Triton's
+#: default (3) keeps three chunks of every loaded tile in shared memory, which at M = 256
+#: features needs more than any GPU has (378,376 B for the causal forward in fp32 against
+#: 166,912 B on sm_80); one stage holds one.
+SCAN_STAGES = 1
 
 
 def check_chunk(size: int, name: str = "chunk_size") -> None:
@@ -78,6 +85,22 @@ def checked_inputs(
 def block(n: int) -> int:
     """The block side that holds ``n`` entries: a power of two of at least 16."""
     return max(MIN_BLOCK, triton.next_power_of_2(n))
+
+
+def scan_tiles(
+    m: int, dv: int, chunk: int, max_value_block: int | None = None
+) -> tuple[int, int, int]:
+    """The chunk and the feature and value blocks ``(C, BM, BDV)`` of a scanning kernel over
+    ``m`` features and ``dv`` value columns (at most ``max_value_block`` per program), with
+    the chunk lowered as the ``BM × BDV`` state grows, so that the kernels at ``M <= 256`` and
+    ``Dv <= 128`` fit the shared memory of sm_80 (``tests/ops/test_triton_shared_memory.py``
+    compiles them). The chunk changes how the sums are grouped, not what they are."""
+    bm, bdv = block(m), block(dv)
+    if max_value_block is not None:
+        bdv = min(bdv, max_value_block)
+    state = bm * bdv
+    cap = 64 if state <= 64 * 64 else 32 if state <= 128 * 128 else MIN_BLOCK
+    return min(chunk, cap), bm, bdv
 
 
 def acc_type(dtype: torch.dtype) -> tl.dtype:

@@ -25,14 +25,15 @@ from ...functional.decay import decay_linear_attention
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, guard_normaliser, log_floor
 from .common import (
     NO_OFFSET,
+    SCAN_STAGES,
     acc_type,
-    block,
     check_chunk,
     checked_inputs,
     delayed,
     dot_precision,
     masked_keys,
     one_length,
+    scan_tiles,
     tl,
     triton,
 )
@@ -130,10 +131,11 @@ def decayed_causal_sums_triton(
         return num, den, off
     s_arg = fq if s is None else s.to(dtype).contiguous()  # (never read without HAS_S)
     g = log_decay.detach().to(device=v.device, dtype=dtype).contiguous()
+    c, block_m, block_v = scan_tiles(m, dv, chunk)
     _decayed_causal_sums[(b * h, r)](
         fq, fk, v, s_arg, g, num, den, off, length, m, dv, h, r, NO_OFFSET,
-        HAS_S=s is not None, C=chunk, BM=block(m), BDV=block(dv),
-        PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
+        HAS_S=s is not None, C=c, BM=block_m, BDV=block_v,
+        PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype), num_stages=SCAN_STAGES,
     )  # fmt: skip
     return num, den, off
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ...functional.numerics import guard_normaliser
-from .common import acc_type, block, tl, triton
+from .common import SCAN_STAGES, acc_type, scan_tiles, tl, triton
 
 __all__ = ["causal_backward", "output_gradients"]
 
@@ -188,7 +188,9 @@ def causal_backward(
         return dq.zero_(), dk.zero_(), d_v.zero_(), None if ds is None else ds.zero_()
     acc = acc_type(v.dtype)
     s_arg, r_arg = (fq, fq) if s is None else (s, r)
-    sizes = dict(C=chunk, BM=block(m), BDV=block(dv), HAS_S=s is not None, ACC=acc)
+    c, block_m, block_v = scan_tiles(m, dv, chunk)
+    sizes = dict(C=c, BM=block_m, BDV=block_v, HAS_S=s is not None, ACC=acc)
+    sizes["num_stages"] = SCAN_STAGES
     _causal_dq[(b * h,)](fq, fk, v, s_arg, r_arg, do, dd, dq, length, m, dv, **sizes)
     _causal_dkv[(b * h,)](
         fq, fk, v, s_arg, r_arg, do, dd, dk, d_v, fq if ds is None else ds, length, m, dv, **sizes

@@ -18,11 +18,21 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
+from ...functional.linear import linear_attention
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, exp_nonpositive
-from .common import acc_type, block, checked_inputs, guard, masked_keys, tl, triton
+from .common import (
+    SCAN_STAGES,
+    acc_type,
+    block,
+    checked_inputs,
+    guard,
+    masked_keys,
+    tl,
+    triton,
+)
 from .linear_backward import output_gradients
+from .recompute import reference_grads
 
 __all__ = ["linear_attention_triton"]
 
@@ -180,7 +190,7 @@ def _sums(x: Tensor, y: Tensor, a: Tensor | None, b: Tensor | None) -> tuple[Ten
         _weighted_sums[(bsz * h, triton.cdiv(dv, block_v))](
             x, y, x if a is None else a, x if b is None else b, sy, sx, length, m, dv,
             C=ROWS, BM=block(m), BDV=block_v, HAS_A=a is not None, HAS_B=b is not None,
-            ACC=acc_type(y.dtype),
+            ACC=acc_type(y.dtype), num_stages=SCAN_STAGES,
         )  # fmt: skip
     return sy, sx
 
@@ -203,9 +213,15 @@ class _NonCausalLinear(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         fq, fk, v, s, w, sy, sx, out, den = ctx.saved_tensors
+        if torch.is_grad_enabled():  # backward(create_graph=True): the PyTorch path's graph
+            tensors = dict(phi_q=fq, phi_k=fk, v=v, k_log_scale=s)
+            options = dict(causal=False, eps=ctx.eps)
+            grads = reference_grads(
+                linear_attention, tensors, tuple(ctx.needs_input_grad[:4]), grad, options
+            )
+            return (*grads, None)
         b, h, lq, m = fq.shape
         lk, dv = v.shape[2:]
         do, dd = output_gradients(grad, out, den, ctx.eps)

@@ -9,7 +9,33 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["kernel_with_reference_grad"]
+__all__ = ["kernel_with_reference_grad", "reference_grads"]
+
+
+def reference_grads(
+    reference: Callable[..., Tensor],
+    tensors: dict[str, Tensor | None],
+    wanted: tuple[bool, ...],
+    grad: Tensor,
+    options: dict[str, Any],
+) -> list[Tensor | None]:
+    """Gradients (None where not ``wanted``) of ``reference(**tensors, **options)`` against
+    ``grad``, recomputed from the saved inputs. Inside ``backward(create_graph=True)`` (grad
+    mode on) they are taken on the inputs themselves with a graph, so that a second
+    derivative, such as a gradient penalty, reaches them; otherwise on detached copies."""
+    higher = torch.is_grad_enabled()
+    with torch.enable_grad():
+        inputs = [
+            None if x is None else x if higher else x.detach().requires_grad_(need)
+            for x, need in zip(tensors.values(), wanted, strict=True)
+        ]
+        out = reference(**dict(zip(tensors, inputs, strict=True)), **options)
+        leaves = [x for x, need in zip(inputs, wanted, strict=True) if x is not None and need]
+        found = iter(torch.autograd.grad(out, leaves, grad, allow_unused=True, create_graph=higher))
+    return [
+        next(found) if x is not None and need else None
+        for x, need in zip(inputs, wanted, strict=True)
+    ]
 
 
 class _KernelForward(torch.autograd.Function):
@@ -33,17 +59,9 @@ class _KernelForward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        saved = ctx.saved_tensors
-        wanted = ctx.needs_input_grad[5:]
-        with torch.enable_grad():
-            inputs = [
-                None if x is None else x.detach().requires_grad_(need)
-                for x, need in zip(saved, wanted, strict=True)
-            ]
-            out = ctx.reference(**dict(zip(ctx.names, inputs, strict=True)), **ctx.options)
-            leaves = [x for x in inputs if x is not None and x.requires_grad]
-            found = iter(torch.autograd.grad(out, leaves, grad, allow_unused=True))
-        grads = [next(found) if x is not None and x.requires_grad else None for x in inputs]
+        saved = dict(zip(ctx.names, ctx.saved_tensors, strict=True))
+        wanted = tuple(ctx.needs_input_grad[5:])
+        grads = reference_grads(ctx.reference, saved, wanted, grad, ctx.options)
         return (None, None, None, None, None, *grads)
 
 

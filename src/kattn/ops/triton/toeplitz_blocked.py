@@ -24,12 +24,13 @@ from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, guard_normal
 from ...functional.rpe_blocked import ToeplitzRows, rpe_linear_attention_blocked
 from .common import (
     NO_OFFSET,
+    SCAN_STAGES,
     acc_type,
-    block,
     check_chunk,
     checked_inputs,
     dot_precision,
     masked_keys,
+    scan_tiles,
     tl,
     triton,
 )
@@ -139,11 +140,13 @@ def rpe_window_sums_triton(
     s_arg = fq if s is None else s.to(dtype).contiguous()  # (never read without HAS_S)
     table = log_coeff.detach().to(device=v.device, dtype=dtype).contiguous()
     lo, hi = offsets
-    grid = (b * h, triton.cdiv(lq, chunk))
+    c, block_m, block_v = scan_tiles(m, dv, chunk)
+    grid = (b * h, triton.cdiv(lq, c))
     _rpe_window_sums[grid](
         fq, fk, v, s_arg, table, num, den, top, lq, lk, m, dv, h, table.shape[-1], zero, lo, hi,
-        NO_OFFSET, CAUSAL=causal, HAS_S=s is not None, BQ=chunk, BK=chunk, BM=block(m),
-        BDV=block(dv), PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
+        NO_OFFSET, CAUSAL=causal, HAS_S=s is not None, BQ=c, BK=c, BM=block_m,
+        BDV=block_v, PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
+        num_stages=SCAN_STAGES,
     )  # fmt: skip
     return num, den, top
 
