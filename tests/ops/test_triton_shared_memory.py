@@ -1,6 +1,7 @@
 """Every Triton kernel, launched as the library launches it at the mechanisms' largest
 default shapes (M = 256 features, Dv = 128 value columns, chunks of 64), fits the shared
-memory of an A100 (sm_80) and of an H100 (sm_90), and bf16 inputs reach tensor cores.
+memory of an A100 (sm_80) and of an H100 (sm_90), and the scanning kernels' products with
+bf16 inputs are tensor-core products.
 
 The launches are recorded while the kernels run in Triton's interpreter on a few tokens, then
 compiled ahead of time for both targets in a process without the interpreter
@@ -40,6 +41,16 @@ pytestmark = pytest.mark.skipif(not interpreted(), reason="records launches in t
 #: bytes of shared memory one block may use (CUDA programming guide, compute capabilities).
 LIMITS = {80: 166_912, 90: 232_448}
 M, DV, CHUNK, LENGTH = 256, 128, 64, 8
+#: the kernels that scan a sequence (their products on tensor cores for half inputs); the
+#: non-causal kernels holding a whole 256 × 128 state use IEEE products there.
+SCANS = {
+    "kattn.ops.triton.causal_linear:_causal_linear_forward",
+    "kattn.ops.triton.linear_backward:_causal_dq",
+    "kattn.ops.triton.linear_backward:_causal_dkv",
+    "kattn.ops.triton.noncausal_linear:_weighted_sums",
+    "kattn.ops.triton.decay:_decayed_causal_sums",
+    "kattn.ops.triton.toeplitz_blocked:_rpe_window_sums",
+}
 _SCRIPT = Path(__file__).with_name("aot_compile.py")
 
 
@@ -155,8 +166,12 @@ def test_every_kernel_fits_the_shared_memory_of_sm80_and_sm90(dtype: torch.dtype
     assert len(kernels) >= 10, sorted(kernels)
     report = []
     for launch, per_target in zip(launches, _compiled(launches), strict=True):
-        for cap, (shared, _) in zip(sorted(LIMITS), per_target, strict=True):
-            report.append((launch["kernel"], cap, shared))
-    print("\n".join(f"{dtype} {k} sm{c}: {b} B" for k, c, b in report))
-    over = [(k, c, b) for k, c, b in report if b > LIMITS[c]]
+        for cap, (shared, products) in zip(sorted(LIMITS), per_target, strict=True):
+            report.append((launch["kernel"], cap, shared, products))
+    print("\n".join(f"{dtype} {k} sm{c}: {b} B, {p} mma" for k, c, b, p in report))
+    over = [(k, c, b) for k, c, b, _ in report if b > LIMITS[c]]
     assert not over, over
+    if dtype == torch.bfloat16:  # the scanning kernels run their products on tensor cores
+        scalar = [(k, c) for k, c, _, products in report if products == 0 and k in SCANS]
+        assert not scalar, scalar
+        assert {k for k, *_ in report} >= SCANS

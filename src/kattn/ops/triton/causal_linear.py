@@ -34,6 +34,7 @@ from .common import (
     acc_type,
     check_chunk,
     checked_inputs,
+    dot_precision,
     guard,
     masked_keys,
     running_offsets,
@@ -63,6 +64,7 @@ def _causal_linear_forward(
     length, m, dv, eps,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr, HAS_S: tl.constexpr,
     HAS_INIT: tl.constexpr, STORE_STATE: tl.constexpr, ACC: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0).to(tl.int64)  # B·H·L·M may pass 2³¹
     vb = tl.program_id(1)
@@ -95,7 +97,7 @@ def _causal_linear_forward(
         q = tl.load(q_ptr + pos[:, None] * m + cols_m[None, :], mask=fm, other=0.0).to(ACC)
         k = tl.load(k_ptr + pos[:, None] * m + cols_m[None, :], mask=fm, other=0.0).to(ACC)
         v = tl.load(v_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
-        scores = tl.dot(q, tl.trans(k), input_precision="ieee")  # (C, C)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (C, C)
         if HAS_S:
             s = tl.load(s_ptr + pos, mask=inside, other=0.0).to(ACC)
             r = tl.load(r_ptr + pos, mask=inside, other=0.0).to(ACC)
@@ -112,8 +114,8 @@ def _causal_linear_forward(
             q_scale = tl.full((C,), 1.0, ACC)
             k_scale = tl.full((C,), 1.0, ACC)
             decay = 1.0
-        num = tl.dot(scores, v, input_precision="ieee")
-        num += q_scale[:, None] * tl.dot(q, state, input_precision="ieee")
+        num = tl.dot(scores, v, input_precision=PRECISION)
+        num += q_scale[:, None] * tl.dot(q, state, input_precision=PRECISION)
         den = tl.sum(scores, axis=1) + q_scale * tl.sum(q * total[None, :], axis=1)
         out = num / guard(den, eps)[:, None]
         tl.store(o_ptr + pos[:, None] * dv + cols_v[None, :], out.to(o_ptr.dtype.element_ty),
@@ -121,7 +123,7 @@ def _causal_linear_forward(
         if vb == 0:
             tl.store(den_ptr + pos, den.to(den_ptr.dtype.element_ty), mask=inside)
         k_in = k * k_scale[:, None]
-        state = state * decay + tl.dot(tl.trans(k_in), v, input_precision="ieee")
+        state = state * decay + tl.dot(tl.trans(k_in), v, input_precision=PRECISION)
         total = total * decay + tl.sum(k_in, axis=0)
     if STORE_STATE:
         tl.store(kv1_ptr + seq * m * dv + state_at, state, mask=state_in)
@@ -163,7 +165,8 @@ def _launch(
         out, den, *ends[:2],
         length, m, dv, eps,
         C=c, BM=block_m, BDV=block_v, HAS_S=s is not None, HAS_INIT=state is not None,
-        STORE_STATE=state is not None, ACC=acc_type(v.dtype), num_stages=SCAN_STAGES,
+        STORE_STATE=state is not None, ACC=acc_type(v.dtype), PRECISION=dot_precision(v.dtype),
+        num_stages=SCAN_STAGES,
     )  # fmt: skip
     return out, den, final
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ...functional.numerics import guard_normaliser
-from .common import SCAN_STAGES, acc_type, scan_tiles, tl, triton
+from .common import SCAN_STAGES, acc_type, dot_precision, scan_tiles, tl, triton
 
 __all__ = ["causal_backward", "output_gradients"]
 
@@ -32,7 +32,7 @@ __all__ = ["causal_backward", "output_gradients"]
 def _causal_dq(
     q_ptr, k_ptr, v_ptr, s_ptr, r_ptr, do_ptr, dd_ptr, dq_ptr, length, m, dv,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr, HAS_S: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0).to(tl.int64)
     q_ptr += seq * length * m
@@ -59,7 +59,7 @@ def _causal_dq(
         v = tl.load(v_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
         do = tl.load(do_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
         dd = tl.load(dd_ptr + pos, mask=inside, other=0.0).to(ACC)
-        d_scores = tl.dot(do, tl.trans(v), input_precision="ieee") + dd[:, None]  # (C, C)
+        d_scores = tl.dot(do, tl.trans(v), input_precision=PRECISION) + dd[:, None]  # (C, C)
         if HAS_S:
             s = tl.load(s_ptr + pos, mask=inside, other=0.0).to(ACC)
             r = tl.load(r_ptr + pos, mask=inside, other=0.0).to(ACC)
@@ -75,12 +75,13 @@ def _causal_dq(
             q_scale = tl.full((C,), 1.0, ACC)
             k_scale = tl.full((C,), 1.0, ACC)
             decay = 1.0
-        prefix = tl.dot(do, tl.trans(state), input_precision="ieee") + dd[:, None] * total[None, :]
-        dq = tl.dot(d_scores, k, input_precision="ieee") + q_scale[:, None] * prefix
+        prefix = tl.dot(do, tl.trans(state), input_precision=PRECISION)
+        prefix += dd[:, None] * total[None, :]
+        dq = tl.dot(d_scores, k, input_precision=PRECISION) + q_scale[:, None] * prefix
         tl.store(dq_ptr + pos[:, None] * m + cols_m[None, :], dq.to(dq_ptr.dtype.element_ty),
                  mask=fm)  # fmt: skip
         k_in = k * k_scale[:, None]
-        state = state * decay + tl.dot(tl.trans(k_in), v, input_precision="ieee")
+        state = state * decay + tl.dot(tl.trans(k_in), v, input_precision=PRECISION)
         total = total * decay + tl.sum(k_in, axis=0)
 
 
@@ -88,7 +89,7 @@ def _causal_dq(
 def _causal_dkv(
     q_ptr, k_ptr, v_ptr, s_ptr, r_ptr, do_ptr, dd_ptr, dk_ptr, dv_ptr, ds_ptr, length, m, dv,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr, HAS_S: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0).to(tl.int64)
     q_ptr += seq * length * m
@@ -120,8 +121,8 @@ def _causal_dkv(
         v = tl.load(v_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
         do = tl.load(do_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
         dd = tl.load(dd_ptr + pos, mask=inside, other=0.0).to(ACC)
-        scores = tl.dot(q, tl.trans(k), input_precision="ieee")
-        d_scores = tl.dot(do, tl.trans(v), input_precision="ieee") + dd[:, None]
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        d_scores = tl.dot(do, tl.trans(v), input_precision=PRECISION) + dd[:, None]
         if HAS_S:
             s = tl.load(s_ptr + pos, mask=inside, other=0.0).to(ACC)
             r = tl.load(r_ptr + pos, mask=inside, other=0.0).to(ACC)
@@ -139,10 +140,10 @@ def _causal_dkv(
             k_scale = tl.full((C,), 1.0, ACC)
             q_scale = tl.full((C,), 1.0, ACC)
             decay = 1.0
-        dv_c = tl.dot(tl.trans(scores), do, input_precision="ieee")
-        dv_c += k_scale[:, None] * tl.dot(k, d_state, input_precision="ieee")
-        later = tl.dot(v, tl.trans(d_state), input_precision="ieee") + d_total[None, :]
-        dk_c = tl.dot(tl.trans(d_scores), q, input_precision="ieee") + k_scale[:, None] * later
+        dv_c = tl.dot(tl.trans(scores), do, input_precision=PRECISION)
+        dv_c += k_scale[:, None] * tl.dot(k, d_state, input_precision=PRECISION)
+        later = tl.dot(v, tl.trans(d_state), input_precision=PRECISION) + d_total[None, :]
+        dk_c = tl.dot(tl.trans(d_scores), q, input_precision=PRECISION) + k_scale[:, None] * later
         tl.store(dk_ptr + pos[:, None] * m + cols_m[None, :], dk_c.to(dk_ptr.dtype.element_ty),
                  mask=fm)  # fmt: skip
         tl.store(dv_ptr + pos[:, None] * dv + cols_v[None, :], dv_c.to(dv_ptr.dtype.element_ty),
@@ -151,7 +152,7 @@ def _causal_dkv(
             ds = tl.sum(k * dk_c, axis=1)
             tl.store(ds_ptr + pos, ds.to(ds_ptr.dtype.element_ty), mask=inside)
         q_in = q * q_scale[:, None]
-        d_state = d_state * decay + tl.dot(tl.trans(q_in), do, input_precision="ieee")
+        d_state = d_state * decay + tl.dot(tl.trans(q_in), do, input_precision=PRECISION)
         d_total = d_total * decay + tl.sum(q_in * dd[:, None], axis=0)
 
 
@@ -190,7 +191,7 @@ def causal_backward(
     s_arg, r_arg = (fq, fq) if s is None else (s, r)
     c, block_m, block_v = scan_tiles(m, dv, chunk)
     sizes = dict(C=c, BM=block_m, BDV=block_v, HAS_S=s is not None, ACC=acc)
-    sizes["num_stages"] = SCAN_STAGES
+    sizes.update(PRECISION=dot_precision(v.dtype), num_stages=SCAN_STAGES)
     _causal_dq[(b * h,)](fq, fk, v, s_arg, r_arg, do, dd, dq, length, m, dv, **sizes)
     _causal_dkv[(b * h,)](
         fq, fk, v, s_arg, r_arg, do, dd, dk, d_v, fq if ds is None else ds, length, m, dv, **sizes

@@ -26,6 +26,7 @@ from .common import (
     acc_type,
     block,
     checked_inputs,
+    dot_precision,
     guard,
     masked_keys,
     tl,
@@ -46,7 +47,7 @@ MAX_VALUE_BLOCK = 64
 def _weighted_sums(
     x_ptr, y_ptr, a_ptr, b_ptr, sy_ptr, sx_ptr, length, m, dv,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr, HAS_A: tl.constexpr,
-    HAS_B: tl.constexpr, ACC: tl.constexpr,
+    HAS_B: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """``sy = Σ_j x_j (a_j y_j)ᵀ`` ``(M, Dv)`` and ``sx = Σ_j b_j x_j`` ``(M,)``."""
     seq = tl.program_id(0).to(tl.int64)
@@ -69,7 +70,7 @@ def _weighted_sums(
         y = tl.load(y_ptr + pos[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
         if HAS_A:
             y = y * tl.load(a_ptr + pos, mask=inside, other=0.0).to(ACC)[:, None]
-        sy += tl.dot(tl.trans(x), y, input_precision="ieee")
+        sy += tl.dot(tl.trans(x), y, input_precision=PRECISION)
         if HAS_B:
             sx += tl.sum(x * tl.load(b_ptr + pos, mask=inside, other=0.0).to(ACC)[:, None], axis=0)
         else:
@@ -85,6 +86,7 @@ def _weighted_sums(
 def _state_products(
     x_ptr, sy_ptr, sx_ptr, length, m, dv,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr, ACC: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     """The block of rows of this program: ``x (C, BM)``, ``x·S (C, BDV)``, ``x·z (C,)``,
     the row positions and which rows exist."""
@@ -100,17 +102,19 @@ def _state_products(
     sy = tl.load(sy_ptr + seq * m * dv + cols_m[:, None] * dv + cols_v[None, :], mask=in_state,
                  other=0.0)  # fmt: skip
     sx = tl.load(sx_ptr + seq * m + cols_m, mask=cols_m < m, other=0.0)
-    return x, tl.dot(x, sy, input_precision="ieee"), tl.sum(x * sx[None, :], axis=1), rows, inside
+    xs = tl.dot(x, sy, input_precision=PRECISION)
+    return x, xs, tl.sum(x * sx[None, :], axis=1), rows, inside
 
 
 @triton.jit
 def _noncausal_out(
     q_ptr, sy_ptr, sx_ptr, o_ptr, den_ptr, length, m, dv, eps,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr, ACC: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     seq = tl.program_id(0).to(tl.int64)
     _, num, den, rows, inside = _state_products(q_ptr, sy_ptr, sx_ptr, length, m, dv, C, BM, BDV,
-                                                ACC)  # fmt: skip
+                                                ACC, PRECISION)  # fmt: skip
     cols_v = tl.arange(0, BDV)
     out = num / guard(den, eps)[:, None]
     fv = inside[:, None] & (cols_v[None, :] < dv)
@@ -123,6 +127,7 @@ def _noncausal_out(
 def _noncausal_dq(
     do_ptr, dd_ptr, sy_ptr, sx_ptr, dq_ptr, length, m, dv,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr, ACC: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     """``dq_i = S do_i + δ_i z``."""
     seq = tl.program_id(0).to(tl.int64)
@@ -139,7 +144,7 @@ def _noncausal_dq(
     sy = tl.load(sy_ptr + seq * m * dv + cols_m[:, None] * dv + cols_v[None, :], mask=in_state,
                  other=0.0)  # fmt: skip
     sx = tl.load(sx_ptr + seq * m + cols_m, mask=cols_m < m, other=0.0)
-    dq = tl.dot(do, tl.trans(sy), input_precision="ieee") + dd[:, None] * sx[None, :]
+    dq = tl.dot(do, tl.trans(sy), input_precision=PRECISION) + dd[:, None] * sx[None, :]
     tl.store(dq_ptr + seq * length * m + rows[:, None] * m + cols_m[None, :],
              dq.to(dq_ptr.dtype.element_ty), mask=fm)  # fmt: skip
 
@@ -148,12 +153,12 @@ def _noncausal_dq(
 def _noncausal_dkv(
     k_ptr, v_ptr, w_ptr, dsy_ptr, dsx_ptr, dk_ptr, dv_ptr, ds_ptr, length, m, dv,
     C: tl.constexpr, BM: tl.constexpr, BDV: tl.constexpr, HAS_S: tl.constexpr,
-    ACC: tl.constexpr,
+    ACC: tl.constexpr, PRECISION: tl.constexpr,
 ):  # fmt: skip
     """``dk_j = w_j (dS v_j + dz)``, ``dv_j = w_j dSᵀ φ(k_j)``, ``ds_j = φ(k_j)·dk_j``."""
     seq = tl.program_id(0).to(tl.int64)
     k, d_v, _, rows, inside = _state_products(k_ptr, dsy_ptr, dsx_ptr, length, m, dv, C, BM,
-                                              BDV, ACC)  # fmt: skip
+                                              BDV, ACC, PRECISION)  # fmt: skip
     cols_m = tl.arange(0, BM)
     cols_v = tl.arange(0, BDV)
     fm = inside[:, None] & (cols_m[None, :] < m)
@@ -164,7 +169,7 @@ def _noncausal_dkv(
     dsy = tl.load(dsy_ptr + seq * m * dv + cols_m[:, None] * dv + cols_v[None, :], mask=in_state,
                   other=0.0)  # fmt: skip
     dsx = tl.load(dsx_ptr + seq * m + cols_m, mask=cols_m < m, other=0.0)
-    dk = tl.dot(v, tl.trans(dsy), input_precision="ieee") + dsx[None, :]
+    dk = tl.dot(v, tl.trans(dsy), input_precision=PRECISION) + dsx[None, :]
     if HAS_S:
         w = tl.load(w_ptr + seq * length + rows, mask=inside, other=0.0).to(ACC)
         dk = dk * w[:, None]
@@ -177,8 +182,19 @@ def _noncausal_dkv(
              d_v.to(dv_ptr.dtype.element_ty), mask=fv)  # fmt: skip
 
 
-def _sums(x: Tensor, y: Tensor, a: Tensor | None, b: Tensor | None) -> tuple[Tensor, Tensor]:
-    """``Σ_j x_j (a_j y_j)ᵀ`` ``(B, H, M, Dv)`` and ``Σ_j b_j x_j`` ``(B, H, M)`` in the
+def _state_precision(m: int, dv: int, dtype: torch.dtype) -> str:
+    """``tl.dot`` precision of the kernels that hold a whole ``M × Dv`` state: that of
+    :func:`~.common.dot_precision` (TF32 tensor cores for half inputs) up to 128 × 128, IEEE
+    products beyond (tensor-core operand layouts of a 256 × 128 state would pass sm_80's
+    shared memory)."""
+    return dot_precision(dtype) if block(m) * block(dv) <= 128 * 128 else "ieee"
+
+
+def _sums(
+    x: Tensor, y: Tensor, a: Tensor | None, b: Tensor | None, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """``Σ_j x_j (a_j y_j)ᵀ`` ``(B, H, M, Dv)`` and ``Σ_j b_j x_j`` ``(B, H, M)`` (products
+    at the precision of inputs of ``dtype``, the values' dtype of the attention) in the
     accumulation dtype (``a``, ``b`` ``(B, H, L)``; None for weights 1)."""
     bsz, h, length, m = x.shape
     dv = y.shape[-1]
@@ -190,7 +206,8 @@ def _sums(x: Tensor, y: Tensor, a: Tensor | None, b: Tensor | None) -> tuple[Ten
         _weighted_sums[(bsz * h, triton.cdiv(dv, block_v))](
             x, y, x if a is None else a, x if b is None else b, sy, sx, length, m, dv,
             C=ROWS, BM=block(m), BDV=block_v, HAS_A=a is not None, HAS_B=b is not None,
-            ACC=acc_type(y.dtype), num_stages=SCAN_STAGES,
+            ACC=acc_type(y.dtype), PRECISION=dot_precision(dtype),
+            num_stages=SCAN_STAGES,
         )  # fmt: skip
     return sy, sx
 
@@ -201,10 +218,11 @@ class _NonCausalLinear(torch.autograd.Function):
         b, h, lq, m = fq.shape
         dv = v.shape[-1]
         w = None if s is None else exp_nonpositive(s - s.amax(dim=-1, keepdim=True))
-        sy, sx = _sums(fk, v, w, w)
+        sy, sx = _sums(fk, v, w, w, v.dtype)
         out = torch.empty(b, h, lq, dv, dtype=v.dtype, device=v.device)
         den = torch.empty(b, h, lq, dtype=sy.dtype, device=v.device)
         sizes = dict(C=ROWS, BM=block(m), BDV=block(dv), ACC=acc_type(v.dtype))
+        sizes["PRECISION"] = _state_precision(m, dv, v.dtype)
         if out.numel():
             grid = (b * h, triton.cdiv(lq, ROWS))
             _noncausal_out[grid](fq, sy, sx, out, den, lq, m, dv, eps, **sizes)
@@ -225,10 +243,11 @@ class _NonCausalLinear(torch.autograd.Function):
         b, h, lq, m = fq.shape
         lk, dv = v.shape[2:]
         do, dd = output_gradients(grad, out, den, ctx.eps)
-        dsy, dsx = _sums(fq, do, None, dd)
+        dsy, dsx = _sums(fq, do, None, dd, v.dtype)
         dq, dk, d_v = torch.empty_like(fq), torch.empty_like(fk), torch.empty_like(v)
         ds = None if s is None else torch.empty_like(s)
         sizes = dict(C=ROWS, BM=block(m), BDV=block(dv), ACC=acc_type(v.dtype))
+        sizes["PRECISION"] = _state_precision(m, dv, v.dtype)
         if dq.numel():
             _noncausal_dq[(b * h, triton.cdiv(lq, ROWS))](do, dd, sy, sx, dq, lq, m, dv, **sizes)
         if dk.numel() or d_v.numel():
