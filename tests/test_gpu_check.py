@@ -31,6 +31,10 @@ def test_the_dry_run_goes_through_every_part(tmp_path) -> None:
     assert all(r["finite"] and r["seconds"] > 0 for r in report["kernels"])
     ours = next(r for r in report["kernels"] if r["name"] == "kattn triton")
     assert ours["max_abs_error"] < 2e-2  # bf16 outputs against the fp32 PyTorch path
+    # every kattn row, the relative-position kernels included, is checked against its path
+    checked = {r["name"] for r in report["kernels"] if "max_abs_error" in r}
+    assert names - {"sdpa"} <= checked
+    assert all(r["within_tolerance"] for r in report["kernels"] if r["name"] in checked)
     steps = {c["name"]: c["returncode"] for c in report["commands"]}
     assert steps == {
         "tests: tests/ops": 0,
@@ -43,3 +47,24 @@ def test_the_dry_run_goes_through_every_part(tmp_path) -> None:
     lm = next(c for c in report["commands"] if c["name"] == "lm_speed")
     assert "--device" in lm["tail"]
     assert "| 48 | kattn triton |" in js.with_suffix(".md").read_text()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a dry run is for machines without CUDA")
+def test_a_row_that_raises_is_recorded_counted_as_a_failure_and_the_results_written(
+    tmp_path, monkeypatch
+) -> None:
+    import kattn.ops.triton.toeplitz_blocked as toeplitz
+
+    def too_big(*args, **kwargs):
+        raise RuntimeError("out of resources: shared memory, required: 234248")
+
+    monkeypatch.setattr(toeplitz, "toeplitz_linear_attention_triton", too_big)
+    gpu_check = import_benchmark("gpu_check")
+    args = ["--dry-run", "--skip-tests", "--skip-benchmarks", "--out", str(tmp_path)]
+    assert gpu_check.main(args) == 1
+    (js,) = tmp_path.glob("gpu-check-cpu-*-dry-run.json")
+    rows = json.loads(js.read_text())["kernels"]
+    (bad,) = [r for r in rows if "error" in r]
+    assert bad["name"] == "kattn triton toeplitz rpe (exact)"
+    assert "shared memory" in bad["error"]
+    assert "ERROR" in js.with_suffix(".md").read_text()
