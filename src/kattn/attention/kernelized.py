@@ -57,6 +57,10 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
             or ``NotImplementedError`` saying why a call is not covered: an encoding without a
             kernel, such as ``"toeplitz2d"`` or ``rpe_method="fft"``, already at construction;
             an encoding's decoding step) or ``"torch"``; see :mod:`kattn.ops.triton.dispatch`.
+            The kernels' backward is their own; a backward with ``create_graph=True`` (a
+            gradient penalty) recomputes the PyTorch path's graph instead, so second
+            derivatives are those of ``"torch"``. Half-precision inputs run the kernels'
+            products on tensor cores in TF32 with fp32 sums (docs/performance.md).
         **options: options of the feature map (e.g. ``num_features``, ``sampling``, ``redraw``
             for ``prf``/``trf``) and of the encoding (``rpe_method``, ``num_buckets``,
             ``max_distance``, ``bidirectional``, ``decay_terms``, ``grid``).
