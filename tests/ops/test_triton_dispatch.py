@@ -159,3 +159,26 @@ def test_a_row_with_every_key_padded_stays_finite(name: str) -> None:
         grads = torch.autograd.grad(out.sum(), (q, k, v))
         assert torch.isfinite(out).all() and (out[1] == 0).all()
         assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_auto_keeps_shapes_beyond_the_checked_sizes_on_the_pytorch_path(
+    monkeypatch: pytest.MonkeyPatch, causal: bool
+) -> None:
+    from kattn.aggregator import LinearAggregator
+    from kattn.ops.triton import causal_linear, noncausal_linear
+    from kattn.ops.triton.dispatch import MAX_KERNEL_FEATURES, TritonLinearAggregator
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a kernel ran on features beyond the checked sizes")
+
+    monkeypatch.setattr(causal_linear, "causal_linear_attention_triton", refuse)
+    monkeypatch.setattr(noncausal_linear, "linear_attention_triton", refuse)
+    g = torch.Generator().manual_seed(0)
+    m = MAX_KERNEL_FEATURES + 1
+    fq, fk = (torch.rand(1, 2, 9, m, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 2, 9, 4, generator=g, dtype=torch.float64)
+    auto = TritonLinearAggregator(num_heads=2)
+    auto.keep_large = True
+    got = auto.attend(fq, fk, v, causal=causal)
+    close(got, LinearAggregator(num_heads=2).attend(fq, fk, v, causal=causal))

@@ -172,9 +172,22 @@ def select_aggregator(
     gap = kernel_gap(aggregator, call=call, causal=causal, chunk_size=chunk_size, tensors=tensors)
     if not use_triton(backend, gap, x):
         return aggregator
+    auto = backend == "auto"
     if type(aggregator) is not LinearAggregator:
-        return TritonEncodingAggregator(aggregator, keep_fft=backend == "auto")
-    return TritonLinearAggregator(num_heads=getattr(aggregator, "num_heads", x.shape[1]))
+        return TritonEncodingAggregator(aggregator, keep_fft=auto, keep_large=auto)
+    linear = TritonLinearAggregator(num_heads=getattr(aggregator, "num_heads", x.shape[1]))
+    linear.keep_large = auto
+    return linear
+
+
+#: the most features and value columns whose kernels are known to fit the shared memory of an
+#: sm_80 GPU (compiled ahead of time by tests/ops/test_triton_shared_memory.py).
+MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES = 256, 128
+
+
+def kernels_fit(phi_q: Tensor, v: Tensor) -> bool:
+    """Whether features ``(…, M)`` and values ``(…, Dv)`` are within the checked sizes."""
+    return phi_q.shape[-1] <= MAX_KERNEL_FEATURES and v.shape[-1] <= MAX_KERNEL_VALUES
 
 
 class TritonEncodingAggregator(Aggregator):
@@ -191,10 +204,13 @@ class TritonEncodingAggregator(Aggregator):
     supports_recurrent = False
     encoding: Aggregator
 
-    def __init__(self, encoding: Aggregator, *, keep_fft: bool = False) -> None:
+    def __init__(
+        self, encoding: Aggregator, *, keep_fft: bool = False, keep_large: bool = False
+    ) -> None:
         super().__init__()
         self.__dict__["encoding"] = encoding  # not a child module: the mechanism owns it
         self.keep_fft = keep_fft
+        self.keep_large = keep_large
 
     def attend(
         self,
@@ -213,7 +229,8 @@ class TritonEncodingAggregator(Aggregator):
         """:func:`~kattn.ops.triton.rpe_dispatch.rpe_attend_triton` of the encoding
         (``block_size`` and ``positive_features`` tune the PyTorch paths only)."""
         encoding = self.encoding
-        if (
+        too_large = self.keep_large and not kernels_fit(phi_q, v)
+        if too_large or (
             self.keep_fft
             and getattr(encoding, "method", None) == "auto"
             and isinstance(encoding, RelativePositionBias)
@@ -232,7 +249,11 @@ class TritonEncodingAggregator(Aggregator):
 
 class TritonLinearAggregator(LinearAggregator):
     """:class:`~kattn.aggregator.LinearAggregator` by the Triton kernels: the same results,
-    the same state; ``block_size`` (a memory knob of the PyTorch path) does not apply."""
+    the same state; ``block_size`` (a memory knob of the PyTorch path) does not apply. With
+    ``keep_large`` (backend ``"auto"``), ``attend`` and ``prefill`` on more features or value
+    columns than :func:`kernels_fit` allows run the PyTorch path."""
+
+    keep_large = False
 
     def attend(
         self,
@@ -253,6 +274,11 @@ class TritonLinearAggregator(LinearAggregator):
         options: dict[str, Any] = dict(
             k_log_scale=k_log_scale, key_padding_mask=key_padding_mask, eps=eps
         )
+        if self.keep_large and not kernels_fit(phi_q, v):
+            return super().attend(
+                phi_q, phi_k, v, causal=causal, chunk_size=chunk_size, block_size=block_size,
+                positive_features=positive_features, **options,
+            )  # fmt: skip
         if causal:
             from .causal_linear import causal_linear_attention_triton
 
@@ -290,6 +316,11 @@ class TritonLinearAggregator(LinearAggregator):
         **kwargs: Any,
     ) -> tuple[Tensor, LinearState]:
         """:func:`~kattn.ops.triton.causal_linear.causal_linear_prefill_triton`."""
+        if self.keep_large and not kernels_fit(phi_q, v):
+            return super().prefill(
+                phi_q, phi_k, v, state, k_log_scale=k_log_scale, eps=eps,
+                chunk_size=chunk_size, block_size=block_size, **kwargs,
+            )  # fmt: skip
         from .causal_linear import causal_linear_prefill_triton
 
         return causal_linear_prefill_triton(
