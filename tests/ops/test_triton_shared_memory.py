@@ -129,12 +129,12 @@ def _run_every_kernel(dtype: torch.dtype) -> None:
         banded_linear_attention_triton(fq, fk, v, band, 3, k_log_scale=s, chunk_size=CHUNK)
 
 
-def _compiled(launches: list[dict]) -> list[list[list[int]]]:
+def _compiled(launches: list[dict], targets: list[int]) -> list[list[list[int]]]:
     """Shared bytes and tensor-core products per launch and target, from the compile script."""
     if not _can_target_cuda():
         pytest.skip("this triton cannot compile for CUDA without a GPU")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    request = json.dumps({"launches": launches, "capabilities": sorted(LIMITS)})
+    request = json.dumps({"launches": launches, "capabilities": targets})
     done = subprocess.run(
         [sys.executable, str(_SCRIPT)],
         input=request,
@@ -165,8 +165,12 @@ def test_every_kernel_fits_the_shared_memory_of_sm80_and_sm90(dtype: torch.dtype
     kernels = {launch["kernel"].split(":")[1] for launch in launches}
     assert len(kernels) >= 10, sorted(kernels)
     report = []
-    for launch, per_target in zip(launches, _compiled(launches), strict=True):
-        for cap, (shared, products) in zip(sorted(LIMITS), per_target, strict=True):
+    # fp32 products are not tensor-core products on either target, so their tiles are laid
+    # out alike and sm_80, the smaller limit, decides (the two agree: benchmarks/results/
+    # triton-shared-memory/); bf16 tiles take sm_90's warp-group layouts and are checked on both
+    targets = sorted(LIMITS) if dtype == torch.bfloat16 else [80]
+    for launch, per_target in zip(launches, _compiled(launches, targets), strict=True):
+        for cap, (shared, products) in zip(targets, per_target, strict=True):
             report.append((launch["kernel"], cap, shared, products))
     print("\n".join(f"{dtype} {k} sm{c}: {b} B, {p} mma" for k, c, b, p in report))
     over = [(k, c, b) for k, c, b, _ in report if b > LIMITS[c]]
