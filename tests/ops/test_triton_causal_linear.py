@@ -160,3 +160,24 @@ def test_refusals() -> None:
     state = linear_attention_init_state(1, 1, 4, 4, device=DEVICE)
     with pytest.raises(NotImplementedError, match="no backward"):
         causal_linear_prefill_triton(fq.requires_grad_(), fk, v, state)
+
+
+def test_the_default_sizes_lower_the_chunk_and_keep_the_result() -> None:
+    # M = 256, Dv = 128: the forward runs chunks of 32 over value blocks of 64, the backward
+    # chunks of 16 (common.scan_tiles), asked for 64; 37 tokens fill no chunk exactly
+    g = torch.Generator().manual_seed(5)
+    fq, fk = (torch.rand(1, 1, 37, 256, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(1, 1, 37, 128, generator=g, dtype=torch.float64)
+    s = torch.randn(1, 1, 37, generator=g, dtype=torch.float64)
+    weight = torch.randn(1, 1, 37, 128, generator=g, dtype=torch.float64)
+    results = []
+    for kernel, device in ((causal_linear_attention_triton, DEVICE), (None, "cpu")):
+        leaves = [x.to(device).requires_grad_() for x in (fq, fk, v, s)]
+        if kernel is None:
+            out = linear_attention_chunked(*leaves[:3], k_log_scale=leaves[3])
+        else:
+            out = kernel(*leaves[:3], k_log_scale=leaves[3], chunk_size=64)
+        grads = torch.autograd.grad((out * weight.to(device)).sum(), leaves)
+        results.append([out.cpu(), *(x.cpu() for x in grads)])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
