@@ -86,13 +86,6 @@ def benchmark_commands(out: Path, dry_run: bool) -> list[tuple[str, list[str]]]:
     return [("kattn bench speed", speed), ("lm_speed", lm)]
 
 
-def elu_features(x: Any) -> Any:
-    """``elu(x) + 1``: positive features of the same size (M = D)."""
-    import torch.nn.functional as F
-
-    return F.elu(x) + 1.0
-
-
 def candidates(device: str, heads: int, flash: Any) -> dict[str, Callable[..., Any]]:
     """Name → ``fn(q, k, v, fq, fk)`` of each causal attention compared."""
     import torch.nn.functional as F
@@ -219,6 +212,7 @@ def flash_context() -> Any:
 def kernel_benchmark(device: str, shape: dict[str, Any], repeats: int) -> list[dict[str, Any]]:
     """Part 2: every candidate at every length, checked, timed and measured."""
     import torch
+    import torch.nn.functional as F
 
     dtype = torch.bfloat16
     b, h, d = shape["batch"], shape["heads"], shape["head_dim"]
@@ -229,7 +223,7 @@ def kernel_benchmark(device: str, shape: dict[str, Any], repeats: int) -> list[d
         g = torch.Generator().manual_seed(length)
         q, k, v = (torch.randn(b, h, length, d, generator=g).to(device, dtype) for _ in range(3))
         q, k = q * d**-0.25, k * d**-0.25
-        fq, fk = elu_features(q), elu_features(k)
+        fq, fk = F.elu(q) + 1.0, F.elu(k) + 1.0  # positive features, M = D
         grad = torch.randn(b, h, length, d, generator=g).to(device, dtype)
         for name, fn in fns.items():
             if "toeplitz" in name and length > max(TOEPLITZ_MAX_LENGTH, shape["lengths"][0]):
