@@ -113,6 +113,8 @@ def test_a_run_trains_resumes_and_saves_a_model(
     # the saved model: kattn.hf reads it, kattn eval and load_trained_model rebuild it
     files = tmp_path / "whole" / "hf"
     assert whole["hf_model"] == str(files) and (files / "model.safetensors").is_file()
+    labels = json.loads((files / "config.json").read_text())["id2label"]
+    assert labels == {"0": "1", "1": "2", "2": "3"}  # the task's classes, in kattn's order
     cls = transformers.AutoModelForSequenceClassification
     model = kattn.hf.from_pretrained(cls, str(files)).eval()
     trained, _, tokenizer = load_trained_model(tmp_path / "whole")
@@ -205,3 +207,34 @@ def test_refusals(checkpoint: Path, agnews: Path, tmp_path: Path) -> None:
     both = ["train", "--task", "finetune", "--from-hf", str(checkpoint), "--from", str(tmp_path)]
     assert main([*both, "--print-config"]) != 0
     assert main(["train", "--task", "mlm", "--from-hf", str(checkpoint), "--print-config"]) != 0
+
+
+def test_a_classifier_over_other_labels_is_refused(checkpoint: Path, agnews: Path, tmp_path):
+    """A checkpoint that already classifies into other labels (or the same in another order)
+    would keep its head under kattn's class numbers: refused."""
+    start = tmp_path / "classifier"
+    shutil.copytree(checkpoint, start)
+    config = transformers.AutoConfig.from_pretrained(checkpoint)
+    config.num_labels, config.id2label = 3, {0: "3", 1: "1", 2: "2"}
+    config.label2id = {v: k for k, v in config.id2label.items()}
+    transformers.BertForSequenceClassification(config).save_pretrained(start)
+    with pytest.raises(ValueError, match="already a sequence classifier over the labels"):
+        train(hf_config(start, agnews), tmp_path / "run", progress=False)
+
+
+def test_limits_of_the_checkpoint(checkpoint: Path) -> None:
+    """RoBERTa numbers positions from pad_token_id + 1, so it takes fewer tokens than its
+    position table; a model config whose pad id is not the tokenizer's is refused."""
+    from kattn.train.finetune_hf_data import check_pad_ids, hf_max_len
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer.model_max_length = int(1e30)
+    config = preset("small", "finetune")
+    config.data.max_len = None
+    roberta = transformers.RobertaConfig(max_position_embeddings=40, pad_token_id=1)
+    assert hf_max_len(config, roberta, tokenizer) == 38
+    bert = transformers.BertConfig(max_position_embeddings=40)
+    assert hf_max_len(config, bert, tokenizer) == 40
+    check_pad_ids(bert, tokenizer, checkpoint)  # BERT's pad id 0 is the tokenizer's
+    with pytest.raises(ValueError, match="pad_token_id is 7 and the tokenizer pads with 0"):
+        check_pad_ids(transformers.GPT2Config(pad_token_id=7), tokenizer, checkpoint)

@@ -60,8 +60,32 @@ class HFClassifier(nn.Module):
 
 
 def _problem(data: HFTaskData) -> dict[str, Any]:
+    """The head's config: outputs, problem type, and the task's class names in kattn's order
+    (so that the saved model names its outputs)."""
     kind = "regression" if data.regression else "single_label_classification"
-    return {"num_labels": data.outputs, "problem_type": kind}
+    names = list(data.classes) if data.classes is not None else ["score"]
+    return {
+        "num_labels": data.outputs, "problem_type": kind,
+        "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)},
+    }  # fmt: skip
+
+
+def check_start_head(start: str, data: HFTaskData) -> None:
+    """Refuse a checkpoint that is already a sequence classifier over other labels than the
+    task's (or labels in another order): transformers would keep its head, whose outputs mean
+    its own classes, under kattn's class numbers."""
+    config = AutoConfig.from_pretrained(start)
+    if not any(a.endswith("ForSequenceClassification") for a in config.architectures or ()):
+        return
+    theirs = [config.id2label[i] for i in sorted(config.id2label)]
+    ours = list(_problem(data)["id2label"].values())
+    if len(theirs) == len(ours) and theirs != ours:
+        raise ValueError(
+            f"the checkpoint {start} is already a sequence classifier over the labels "
+            f"{theirs}, and this task's labels are {ours} in this order: its head would be "
+            "kept with another meaning. Fine-tune from its base model (without the head), or "
+            "give the checkpoint's config these labels if they are the same classes"
+        )
 
 
 def hf_classifier(config: RunConfig, data: HFTaskData) -> HFClassifier:
@@ -70,6 +94,7 @@ def hf_classifier(config: RunConfig, data: HFTaskData) -> HFClassifier:
     name, options = config.attention.name, dict(config.attention.options)
     if data.files is None:
         start = str(check_hf_checkpoint(config.model.init_from_hf or ""))
+        check_start_head(start, data)
         model = from_pretrained(
             AutoModelForSequenceClassification, start, name, options=options,
             dtype=torch.float32, ignore_mismatched_sizes=True, **_problem(data),

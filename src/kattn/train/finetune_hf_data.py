@@ -146,14 +146,26 @@ def check_hf_start(config: RunConfig) -> None:
         )
 
 
+#: model types whose positions are numbered from ``pad_token_id + 1`` (RoBERTa's scheme):
+#: they take ``max_position_embeddings − pad_token_id − 1`` tokens (512 of RoBERTa's 514).
+OFFSET_POSITIONS = frozenset({
+    "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text",
+    "roberta-prelayernorm", "xmod", "ibert", "longformer", "mpnet",
+})  # fmt: skip
+
+
 def hf_max_len(config: RunConfig, hf_config: Any, tokenizer: Any) -> int:
     """Tokens per sequence: ``data.max_len``, by default the most the model takes (its
-    positions, or the tokenizer's ``model_max_length`` where smaller).
+    positions, less RoBERTa's offset for :data:`OFFSET_POSITIONS`, or the tokenizer's
+    ``model_max_length`` where smaller).
 
     Raises:
         ValueError: ``data.max_len`` exceeds what the model takes.
     """
-    limits = [getattr(hf_config, "max_position_embeddings", None), tokenizer.model_max_length]
+    positions = getattr(hf_config, "max_position_embeddings", None)
+    if isinstance(positions, int) and hf_config.model_type in OFFSET_POSITIONS:
+        positions -= int(hf_config.pad_token_id or 0) + 1  # numbered from pad_token_id + 1
+    limits = [positions, tokenizer.model_max_length]
     known = [int(n) for n in limits if isinstance(n, int) and 0 < n < _NO_LIMIT]
     limit = min(known) if known else None
     wanted = config.data.max_len
@@ -213,6 +225,18 @@ def encode_hf(examples: TextExamples, tokenizer: Any, max_len: int) -> tuple[HFR
     return rows, int((lengths == max_len).sum())
 
 
+def check_pad_ids(hf_config: Any, tokenizer: Any, source: Any) -> None:
+    """Refuse a model config whose ``pad_token_id`` is not the tokenizer's: decoder-only
+    classifiers (GPT-2, Llama...) pool the last token that is not ``config.pad_token_id``, so
+    with another padding id they would read padding."""
+    model_pad, pad = getattr(hf_config, "pad_token_id", None), tokenizer.pad_token_id
+    if model_pad is not None and pad is not None and model_pad != pad:
+        raise ValueError(
+            f"{source}: the model config's pad_token_id is {model_pad} and the tokenizer pads "
+            f"with {pad}: set config.pad_token_id = tokenizer.pad_token_id and save both"
+        )
+
+
 def load_hf_task(config: RunConfig, run_dir: Path | None = None) -> HFTaskData:
     """The text task of ``config.data`` encoded by the tokenizer of checkpoint
     ``model.init_from_hf``, or of run folder ``run_dir``'s copy of it."""
@@ -221,7 +245,9 @@ def load_hf_task(config: RunConfig, run_dir: Path | None = None) -> HFTaskData:
         raise ValueError(f"{run_dir} holds no {RUN_FILES}/ folder of a --from-hf run")
     source = files or check_hf_checkpoint(config.model.init_from_hf or "")
     tokenizer = AutoTokenizer.from_pretrained(source)
-    max_len = hf_max_len(config, AutoConfig.from_pretrained(source), tokenizer)
+    hf_config = AutoConfig.from_pretrained(source)
+    check_pad_ids(hf_config, tokenizer, source)
+    max_len = hf_max_len(config, hf_config, tokenizer)
     train_all, sets, metrics, classes, info = read_texts(config)
     kept, held = split_train(len(train_all))
     texts = {"train": train_all.subset(kept), "valid": train_all.subset(held), **sets}
