@@ -121,3 +121,48 @@ def test_sequences_with_the_same_padding_read_the_prompt_together(monkeypatch) -
     assert calls == [2, 2, 2, 2]  # two layers, two patterns of two sequences each
     real = mask.bool()
     assert_close(cached[real], plain[real])
+
+
+@pytest.mark.parametrize("mechanism", ["performer", "nprf_rpe"])
+def test_left_padded_batch_steps_the_whole_batch_at_once(mechanism: str, monkeypatch) -> None:
+    """After a left-padded prompt, the sequences' fixed-size states are stacked: each step
+    calls the mechanism once per layer for the whole batch, and greedy generation equals
+    each prompt generated alone."""
+    from kattn.hf import cache as cache_module
+
+    model = hf.use(make("llama").double(), mechanism, **MECHANISMS[mechanism])
+    ids = inputs("llama", batch=3, length=7)["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # prompts of 4, 6 and 7 tokens, left-padded
+    mask[1, :1] = 0
+    kwargs = {"max_new_tokens": 5, "do_sample": False, "pad_token_id": 0}
+    calls: list[tuple[int, int]] = []
+    read = cache_module._read
+    monkeypatch.setattr(cache_module, "_read", lambda *a: calls.append(a[1].shape[::2]) or read(*a))
+    together = model.generate(ids, attention_mask=mask, **kwargs)
+    steps = [c for c in calls if c[1] == 1]
+    assert len(calls) == 2 * 3 + 2 * 4  # two layers: three prefills, then four steps
+    assert steps == [(3, 1)] * (2 * 4)  # every step reads the three sequences together
+    monkeypatch.setattr(cache_module, "_read", read)
+    for b, start in enumerate((3, 1, 0)):
+        alone = model.generate(ids[b : b + 1, start:], **kwargs)
+        assert torch.equal(together[b, 7:], alone[0, 7 - start :])
+
+
+def test_key_value_caches_of_different_lengths_are_stepped_per_sequence() -> None:
+    """Softmax's caches of a left-padded batch differ in length: they stay one per
+    sequence; those of an unpadded batch are the batch's."""
+    from kattn.hf import RecurrentCache
+
+    model = hf.use(make("llama").double(), "softmax")
+    ids = inputs("llama", batch=2, length=6)["input_ids"]
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    cache = RecurrentCache()
+    with torch.no_grad():
+        model(ids, attention_mask=mask, cache=cache)
+    assert isinstance(cache.layers[0].state, list)
+    cache = RecurrentCache()
+    with torch.no_grad():
+        model(ids, attention_mask=torch.ones_like(ids), cache=cache)
+    assert not isinstance(cache.layers[0].state, list)

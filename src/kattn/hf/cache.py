@@ -14,7 +14,11 @@ nothing has to be passed. :class:`RecurrentCache` is the same as a cache of its 
 Padded keys count nowhere: a batch whose prompt has padding keeps one state per sequence,
 each of which reads only that sequence's real tokens (the outputs at padded positions are 0).
 Sequences with the same padding (all the unpadded ones, for one) read the prompt in one
-prefill; each decoding step then reads one token per sequence.
+prefill. The sequences' states are then stacked into the batch's state when they can be
+(tensors of the same shapes: the fixed-size states of kernelized mechanisms, key/value
+caches of the same length), so that each decoding step reads the whole batch in one call;
+states that cannot (key/value caches of different lengths) are stepped one sequence at a
+time.
 """
 
 from __future__ import annotations
@@ -126,7 +130,7 @@ class RecurrentLayer(CacheLayerMixin):
                 f"{type(attn).__name__} has no recurrent form: decode it with a DynamicCache "
                 "(the default of generate), not a RecurrentCache"
             )
-        if padding is None and not isinstance(self.state, list):
+        if not isinstance(self.state, list) and (padding is None or not bool(padding.any())):
             out, self.state = _read(attn, q, k, v, self.state)
             return out
         if not isinstance(self.state, list):
@@ -141,6 +145,7 @@ class RecurrentLayer(CacheLayerMixin):
                 continue
             for b in rows:
                 self._read_rows(attn, q, k, v, out, [b], list(keep))
+        self.state = _stack(self.state)
         return out
 
     def _read_rows(
@@ -191,6 +196,49 @@ def _split(state: Any, batch: int) -> list[Any]:
     if state is None:
         return [None] * batch
     return [_map(state, _row(b)) for b in range(batch)]
+
+
+def _stack(states: list[Any]) -> Any:
+    """The batch's state made of one state per sequence, when every sequence's state has
+    the same tensor shapes and the same other values (each step then reads the whole batch
+    at once); the list as it is otherwise (a sequence with no state yet, key/value caches
+    of different lengths)."""
+    leaves = [_leaves(s) for s in states]
+    if any(s is None for s in states) or any(len(x) != len(leaves[0]) for x in leaves):
+        return states
+    for column in zip(*leaves, strict=True):
+        first = column[0]
+        if isinstance(first, Tensor):
+            same = all(isinstance(x, Tensor) and x.shape == first.shape for x in column)
+            if not same or first.dim() == 0:
+                return states
+        elif any(isinstance(x, Tensor) or x != first for x in column):
+            return states
+    return _zip(states, lambda xs: torch.cat(xs, dim=0))
+
+
+def _leaves(state: Any) -> list[Any]:
+    """The tensors and other values of a (nested) state, in order (containers' kinds too,
+    so that states of different structures differ)."""
+    if isinstance(state, (tuple, list)):
+        return [type(state), len(state)] + [y for x in state for y in _leaves(x)]
+    if isinstance(state, dict):
+        return [dict, tuple(state)] + [y for x in state.values() for y in _leaves(x)]
+    return [state]
+
+
+def _zip(states: list[Any], fn: Callable[[list[Tensor]], Tensor]) -> Any:
+    """``fn`` applied to the tensors at each place of states of the same structure."""
+    first = states[0]
+    if isinstance(first, Tensor):
+        return fn(states)
+    if isinstance(first, tuple) and hasattr(first, "_fields"):
+        return type(first)(*(_zip(list(xs), fn) for xs in zip(*states, strict=True)))
+    if isinstance(first, (tuple, list)):
+        return type(first)(_zip(list(xs), fn) for xs in zip(*states, strict=True))
+    if isinstance(first, dict):
+        return {key: _zip([s[key] for s in states], fn) for key in first}
+    return first
 
 
 def _row(b: int) -> Callable[[Tensor], Tensor]:
