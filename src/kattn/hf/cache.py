@@ -247,15 +247,7 @@ def _row(b: int) -> Callable[[Tensor], Tensor]:
 
 def _map(state: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     """``fn`` applied to every tensor of a (nested) state; other values kept."""
-    if isinstance(state, Tensor):
-        return fn(state)
-    if isinstance(state, tuple) and hasattr(state, "_fields"):
-        return type(state)(*(_map(x, fn) for x in state))
-    if isinstance(state, (tuple, list)):
-        return type(state)(_map(x, fn) for x in state)
-    if isinstance(state, dict):
-        return {key: _map(x, fn) for key, x in state.items()}
-    return state
+    return _zip([state], lambda xs: fn(xs[0]))
 
 
 class RecurrentCache(Cache):
