@@ -238,3 +238,13 @@ def test_limits_of_the_checkpoint(checkpoint: Path) -> None:
     check_pad_ids(bert, tokenizer, checkpoint)  # BERT's pad id 0 is the tokenizer's
     with pytest.raises(ValueError, match="pad_token_id is 7 and the tokenizer pads with 0"):
         check_pad_ids(transformers.GPT2Config(pad_token_id=7), tokenizer, checkpoint)
+
+
+def test_conversion_windows_fit_the_positions() -> None:
+    """kattn convert --hf cuts its text windows to the positions the model has, RoBERTa's
+    offset included (one rule with --from-hf's)."""
+    from kattn.train.hf_positions import hf_positions
+
+    assert hf_positions(transformers.RobertaConfig(max_position_embeddings=514)) == 512
+    assert hf_positions(transformers.GPT2Config(n_positions=64)) == 64
+    assert hf_positions(transformers.BertConfig(max_position_embeddings=40)) == 40

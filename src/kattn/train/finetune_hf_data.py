@@ -26,6 +26,7 @@ from ..data import SequenceDataset
 from ..data.text_examples import TextExamples
 from .config import ModelConfig, RunConfig
 from .finetune_data import HOLD_OUT_SEED, TextTaskData, read_texts, split_train
+from .hf_positions import hf_positions
 
 #: files of which a checkpoint's tokenizer needs at least one.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
@@ -146,26 +147,15 @@ def check_hf_start(config: RunConfig) -> None:
         )
 
 
-#: model types whose positions are numbered from ``pad_token_id + 1`` (RoBERTa's scheme):
-#: they take ``max_position_embeddings − pad_token_id − 1`` tokens (512 of RoBERTa's 514).
-OFFSET_POSITIONS = frozenset({
-    "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text",
-    "roberta-prelayernorm", "xmod", "ibert", "longformer", "mpnet",
-})  # fmt: skip
-
-
 def hf_max_len(config: RunConfig, hf_config: Any, tokenizer: Any) -> int:
     """Tokens per sequence: ``data.max_len``, by default the most the model takes (its
-    positions, less RoBERTa's offset for :data:`OFFSET_POSITIONS`, or the tokenizer's
+    positions, :func:`~kattn.train.hf_positions.hf_positions`, or the tokenizer's
     ``model_max_length`` where smaller).
 
     Raises:
         ValueError: ``data.max_len`` exceeds what the model takes.
     """
-    positions = getattr(hf_config, "max_position_embeddings", None)
-    if isinstance(positions, int) and hf_config.model_type in OFFSET_POSITIONS:
-        positions -= int(hf_config.pad_token_id or 0) + 1  # numbered from pad_token_id + 1
-    limits = [positions, tokenizer.model_max_length]
+    limits = [hf_positions(hf_config), tokenizer.model_max_length]
     known = [int(n) for n in limits if isinstance(n, int) and 0 < n < _NO_LIMIT]
     limit = min(known) if known else None
     wanted = config.data.max_len

@@ -32,6 +32,7 @@ from .hf_evaluation import (
     token_ids,
     windows,
 )
+from .hf_positions import hf_positions
 
 #: the file the converted folder gets beside the model: the conversion and its scores.
 RECORD_FILE = "kattn_conversion.json"
@@ -178,7 +179,7 @@ def _inputs(
     """The windows of token ids to score and a description of the text they come from."""
     raw, info = read_text(text)
     ids, how = token_ids(raw, tokenizer, int(config.vocab_size))
-    inputs = windows(ids, length=min(length, _position_limit(config)), max_tokens=max_tokens)
+    inputs = windows(ids, length=min(length, hf_positions(config) or length), max_tokens=max_tokens)
     info.update(tokenizer=how, windows=inputs.shape[0], length=inputs.shape[1])
     return inputs, info
 
@@ -219,14 +220,6 @@ def _tokenizer(folder: Path) -> Any:
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         return None
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)
-
-
-def _position_limit(config: Any) -> int:
-    for key in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 1:
-            return value
-    return 1 << 30
 
 
 def _score(model: nn.Module, kind: str, inputs: torch.Tensor, batch_size: int) -> dict[str, Any]:
