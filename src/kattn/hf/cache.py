@@ -124,17 +124,21 @@ class RecurrentLayer(CacheLayerMixin):
     ) -> Tensor:
         """Causal attention of the new tokens ``q, k (B, H, L, D)``, ``v (B, H, L, Dv)``
         after those the state holds, updating it; ``padding (B, L)`` (True = padded) marks
-        new keys that must count nowhere."""
+        new keys that must count nowhere (None when none is, as
+        :func:`kattn.hf.masks.key_padding_mask` gives it)."""
         if not attn.supports_recurrent:
             raise NotImplementedError(
                 f"{type(attn).__name__} has no recurrent form: decode it with a DynamicCache "
                 "(the default of generate), not a RecurrentCache"
             )
-        if not isinstance(self.state, list) and (padding is None or not bool(padding.any())):
+        per_sequence = isinstance(self.state, list)
+        if not per_sequence and padding is None:
             out, self.state = _read(attn, q, k, v, self.state)
             return out
-        if not isinstance(self.state, list):
+        if not per_sequence:
             self.state = _split(self.state, q.shape[0])
+        # the states may stack only after this call split them or read a prompt into them
+        restack = not per_sequence or q.shape[2] > 1 or any(s is None for s in self.state)
         out = q.new_zeros(*q.shape[:3], v.shape[-1])
         for keep, rows in _rows_by_keys(padding, q.shape[0], q.shape[2]).items():
             if not keep:
@@ -145,7 +149,8 @@ class RecurrentLayer(CacheLayerMixin):
                 continue
             for b in rows:
                 self._read_rows(attn, q, k, v, out, [b], list(keep))
-        self.state = _stack(self.state)
+        if restack:
+            self.state = _stack(self.state)
         return out
 
     def _read_rows(
@@ -177,9 +182,9 @@ def _rows_by_keys(
 ) -> dict[tuple[int, ...], list[int]]:
     """The sequences of a batch grouped by the positions of their real (unpadded) keys."""
     groups: dict[tuple[int, ...], list[int]] = {}
-    every = tuple(range(length))
-    for b in range(batch):
-        keep = every if padding is None else tuple(torch.nonzero(~padding[b]).flatten().tolist())
+    rows = [[True] * length] * batch if padding is None else (~padding).tolist()
+    for b, row in enumerate(rows):
+        keep = tuple(i for i, real in enumerate(row) if real)
         groups.setdefault(keep, []).append(b)
     return groups
 
