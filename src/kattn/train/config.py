@@ -314,9 +314,9 @@ def config_field(part: Any, section: str, name: str) -> dataclasses.Field[Any]:
 
 
 def coerce_value(spec: dataclasses.Field[Any], value: Any, key: str) -> Any:
-    hint = typing.get_type_hints(_owner(spec))[spec.name]
     """``value`` as field ``spec`` takes it (an int where a float goes), else ValueError
     naming ``key`` and the types the field allows."""
+    hint = typing.get_type_hints(_owner(spec))[spec.name]
     union = typing.get_origin(hint) in (typing.Union, types.UnionType)
     allowed = typing.get_args(hint) if union else (hint,)
     if value is None and type(None) in allowed:

@@ -30,8 +30,8 @@ from torch import Tensor, nn
 from ..data import Tokenizer, load_tokenizer
 from ..data.mlm_vocab import mlm_vocab
 from ..nn.text_classifier import TextClassifier
-from .config import DataConfig, RunConfig
-from .field_checks import refuse_image_fields, refuse_translation_fields
+from .config import RunConfig
+from .field_checks import refuse_image_fields, refuse_translation_fields, refuse_unread_data_fields
 from .finetune_data import TextTaskData, load_text_task
 from .finetune_start import (
     ENCODER_FIELDS,
@@ -54,9 +54,6 @@ __all__ = ["ENCODER_FIELDS", "FineTuning", "FineTuningHF", "TextClassification",
            "adopt_start", "check_start", "start_config", "start_encoder_state",
            "text_classifier"]  # fmt: skip
 
-#: the data fields of task mlm's masking, which the text tasks do not read.
-_MASKING_FIELDS = ("mask_prob", "mask_token_share", "random_token_share", "whole_word_mask")
-
 
 class TextClassification(Objective[TextTaskData]):
     """A text classifier (or regressor) trained from scratch; see the module docstring."""
@@ -74,19 +71,9 @@ class TextClassification(Objective[TextTaskData]):
     def check_data_fields(config: RunConfig) -> None:
         refuse_translation_fields(config)
         refuse_image_fields(config)
-        data, default = config.data, DataConfig()
-        for key in ("block_size", "truncate"):
-            if getattr(data, key) is not None:
-                raise ValueError(f"data.{key} is not used by task {data.task}: set data.max_len")
-        for key in _MASKING_FIELDS:
-            if getattr(data, key) != getattr(default, key):
-                raise ValueError(f"data.{key} is for task mlm, not {data.task}")
-        for key in ("init_from", "init_from_hf"):
-            if config.data.task == "text-classification" and getattr(config.model, key):
-                raise ValueError(
-                    f"model.{key} is for task finetune; task text-classification trains from "
-                    f"scratch"
-                )
+        # the masking fields and model.init_from(_hf) are refused by field_checks'
+        # refuse_text_fields, which validation runs for every task
+        refuse_unread_data_fields(config, ("block_size", "truncate"), ": set data.max_len")
 
     def __init__(self, config: RunConfig, data: TextTaskData) -> None:
         super().__init__(config, data)
