@@ -80,6 +80,14 @@ class MLMVocab:
         specials = torch.tensor(self.special_ids, device=tokens.device)
         return torch.isin(tokens, specials)
 
+    def require_words(self) -> None:
+        """ValueError unless the tokenizer marks word boundaries (whole-word masking)."""
+        if not self.knows_words:
+            raise ValueError(
+                "this tokenizer marks no word starts (no ▁ or Ġ prefixes, no ## continuations): "
+                "whole-word masking needs them; use token-level masking (whole_word=False)"
+            )
+
     def word_starts(self, tokens: Tensor) -> Tensor:
         """``(B, L)`` bool: which tokens of ``tokens (B, L)`` begin a new word; a special token
         and the token after it always do.
@@ -92,14 +100,11 @@ class MLMVocab:
             ws = torch.tensor(WHITESPACE_BYTES, device=tokens.device)
             in_word = ordinary & ~torch.isin(tokens, ws)
             continues = in_word.clone()
-        elif self.word_start is not None:
+        else:
+            self.require_words()
+            assert self.word_start is not None
             in_word = ordinary
             continues = ordinary & ~self.word_start.to(tokens.device)[tokens.long()]
-        else:
-            raise ValueError(
-                "this tokenizer marks no word starts (no ▁ or Ġ prefixes, no ## continuations): "
-                "whole-word masking needs them; use token-level masking (whole_word=False)"
-            )
         continues[:, 1:] &= in_word[:, :-1]
         continues[:, 0] = False
         return ~continues

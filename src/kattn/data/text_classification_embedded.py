@@ -37,7 +37,7 @@ from typing import Any
 
 from .agnews import write_agnews_csv
 from .base import DataFormatError
-from .cache import cache_dir, generated_folder
+from .cache import cache_dir, generated_folder, parameters_key
 from .gettext_catalog import read_mo
 
 #: where the gettext catalogues of a Debian/Ubuntu system live.
@@ -68,9 +68,9 @@ def embedded_text_classes(root: str | Path = LOCALE_ROOT, create: bool = True) -
     there on first use, in the cache folder)."""
     files = _domain_files(Path(root), EMBEDDED_TEXT_CLASSES["domains"])
     listing = sorted((name, str(p), p.stat().st_size) for name, ps in files.items() for p in ps)
-    identity = [EMBEDDED_TEXT_CLASSES, EMBEDDED_TEXT_CLASSES_VERSION, listing]
-    key = hashlib.sha256(json.dumps(identity).encode()).hexdigest()
-    folder = cache_dir() / f"gettext-classes-{key[:12]}"
+    identity = {"parameters": EMBEDDED_TEXT_CLASSES, "version": EMBEDDED_TEXT_CLASSES_VERSION,
+                "catalogues": listing}  # fmt: skip
+    folder = cache_dir() / f"gettext-classes-{parameters_key(identity)}"
     if not create:
         return folder
 

@@ -114,8 +114,8 @@ class MaskedLanguageModelling(Objective[MLMCorpus]):
         self.unit = f"sequences of {self.max_len} tokens"
         self.masking = masking_config(config)
         self.vocab = mlm_vocab(self.corpus.tokenizer)
-        if self.masking.whole_word and not self.vocab.knows_words:
-            self.vocab.word_starts(torch.zeros(1, 1, dtype=torch.long))  # raises, saying why
+        if self.masking.whole_word:
+            self.vocab.require_words()
         self.rows = {
             s: pack_sequences(self.corpus.split(s), self.vocab, self.max_len) for s in SPLITS
         }
