@@ -28,7 +28,7 @@ from ...functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE, 
 from ...functional.numerics import DEFAULT_EPS
 from ...positional.base import RelativePositionBias
 from .placement import kernels_read, triton_importable
-from .rpe_dispatch import rpe_attend_triton, rpe_kernel_gap
+from .rpe_dispatch import KERNEL_CHUNKS, rpe_attend_triton, rpe_kernel_gap
 
 __all__ = [
     "BACKENDS",
@@ -43,8 +43,6 @@ __all__ = [
 
 #: the values of the ``backend`` option.
 BACKENDS = ("auto", "triton", "torch")
-#: the chunk sizes the causal kernels take.
-KERNEL_CHUNKS = (16, 32, 64, 128)
 
 
 def check_backend(backend: object) -> str:
