@@ -75,6 +75,15 @@ def recorded_options(config: Any, mechanism: str) -> dict[str, Any]:
     return {}
 
 
+def refuse_dropout(options: dict[str, Any]) -> None:
+    """``TypeError`` if ``options`` set ``dropout``: the model's config gives the rate."""
+    if "dropout" in options:
+        raise TypeError(
+            "dropout: kattn.hf takes the attention dropout of the model's config (the rate "
+            "transformers passes to the attention function), not an option"
+        )
+
+
 def build_for(
     module: nn.Module, mechanism: str, options: dict[str, Any], *, device: Any = None
 ) -> Attention:
@@ -88,11 +97,7 @@ def build_for(
     keep their scale.
     """
     heads, head_dim, max_len = layer_sizes(module)
-    if "dropout" in options:
-        raise TypeError(
-            "dropout: kattn.hf takes the attention dropout of the model's config (the rate "
-            "transformers passes to the attention function), not an option"
-        )
+    refuse_dropout(options)
     attn = build(mechanism, head_dim=head_dim, num_heads=heads, max_len=max_len, **options)
     scaling = getattr(module, "scaling", None)
     if scaling is not None and follows_scaling(attn, options):

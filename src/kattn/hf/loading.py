@@ -14,7 +14,15 @@ from typing import Any, TypeVar
 from torch import nn
 from transformers import AutoConfig
 
-from .attach import CONFIG_KEY, LOADING, attach, attention_modules, complete, recorded_options
+from .attach import (
+    CONFIG_KEY,
+    LOADING,
+    attach,
+    attention_modules,
+    complete,
+    recorded_options,
+    refuse_dropout,
+)
 from .registration import implementation_name
 
 M = TypeVar("M", bound=nn.Module)
@@ -113,11 +121,7 @@ def check_options(mechanism: str, options: dict[str, Any]) -> None:
     ``dropout`` option (``TypeError``: the model's config gives the rate)."""
     implementation_name(mechanism)
     _check_recordable(options)
-    if "dropout" in options:
-        raise TypeError(
-            "dropout: kattn.hf takes the attention dropout of the model's config (the rate "
-            "transformers passes to the attention function), not an option"
-        )
+    refuse_dropout(options)
 
 
 def _check_recordable(options: dict[str, Any]) -> None:
