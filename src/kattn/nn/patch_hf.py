@@ -53,13 +53,9 @@ def check_hf(module: nn.Module, mechanism: str, options: dict[str, Any]) -> None
     ``config.json`` cannot hold, a ``dropout`` option, an unknown mechanism), so that
     ``kattn.patch`` refuses before changing any part of a model; nothing where
     :func:`patch_hf` would leave the model as it is."""
-    if not interface_applies(module):
-        return
-    try:
-        hf = importlib.import_module("kattn.hf")
-    except ImportError:
-        return
-    hf.check_options(mechanism, options)
+    hf, _ = _kattn_hf("", module)
+    if hf is not None:
+        hf.check_options(mechanism, options)
 
 
 def patch_hf(
@@ -72,15 +68,23 @@ def patch_hf(
         took the model; all of its attention-like modules when the interface does not apply
         or ``kattn.hf`` is unavailable.
     """
-    model_name = f"{name or 'the model'} ({type(module).__name__})"
-    if not interface_applies(module):
-        return _inside(name, module, _NO_INTERFACE.format(model=model_name))
-    try:
-        hf = importlib.import_module("kattn.hf")
-    except ImportError as error:
-        return _inside(name, module, _NO_KATTN_HF.format(model=model_name, error=error))
+    hf, reason = _kattn_hf(name, module)
+    if hf is None:
+        return _inside(name, module, reason)
     hf.use(module, mechanism, **options)
     return []
+
+
+def _kattn_hf(name: str, module: nn.Module) -> tuple[Any, str]:
+    """``kattn.hf`` if it can run Hugging Face model ``module`` (named ``name`` in the outer
+    model), else None and the reason: the interface does not apply, or kattn.hf is missing."""
+    model_name = f"{name or 'the model'} ({type(module).__name__})"
+    if not interface_applies(module):
+        return None, _NO_INTERFACE.format(model=model_name)
+    try:
+        return importlib.import_module("kattn.hf"), ""
+    except ImportError as error:
+        return None, _NO_KATTN_HF.format(model=model_name, error=error)
 
 
 def _inside(name: str, module: nn.Module, reason: str) -> list[Skipped]:
