@@ -61,6 +61,7 @@ from .tables_pretraining import PRETRAINING_RUNS, pretraining_curves, pretrainin
 from .tables_sparse import sparse_listops, sparse_speed
 from .tables_translation import translation_decode
 from .tables_translation_runs import study_tables, translation_runs
+from .tables_triton import AFTER, BEFORE, shared_memory
 from .tables_vision import vision_classification, vision_generation, vit_speed
 
 BLOCKS: list[Block] = [
@@ -103,4 +104,5 @@ BLOCKS: list[Block] = [
     Block("docs/pretraining.md", "pretraining-curves", PRETRAINING_RUNS, pretraining_curves),
     Block("docs/pretraining.md", "finetuning-runs", (*FINETUNING_RUNS, BAG_OF_BYTES),
           finetuning_runs),
+    Block("docs/performance.md", "triton-shared-memory", (BEFORE, AFTER), shared_memory),
 ]  # fmt: skip

@@ -62,10 +62,10 @@ DEMO_RUNS = tuple(f"{R}/demo/train/{name}/results.json" for name in DEMO_TRAINED
 
 @cache
 def load(path: str) -> Any:
-    """A result file: JSON as parsed, CSV as a list of rows (numbers converted), markdown as
-    its text."""
+    """A result file: JSON as parsed, CSV as a list of rows (numbers converted), markdown and
+    plain text as their text."""
     file = ROOT / path
-    if path.endswith(".md"):
+    if path.endswith((".md", ".txt")):
         return file.read_text()
     if path.endswith(".csv"):
         with file.open(newline="") as f:
