@@ -81,8 +81,11 @@ def linear_attention_init_state(
     )
 
 
-def checked_state(state: LinearState, fk: Tensor, dv: int) -> LinearState:
-    """Validate ``state`` against keys ``(B, H, L, M)``; give an empty kv its value dim."""
+def checked_state(
+    state: LinearState, fk: Tensor, dv: int, dtype: torch.dtype | None = None
+) -> LinearState:
+    """Validate ``state`` against keys ``(B, H, L, M)``; give an empty kv its value dim. The
+    state comes back in ``dtype`` (default: the keys')."""
     if not isinstance(state, LinearState):
         raise ValueError(
             f"state must be a LinearState (from init_state), got {type(state).__name__}"
@@ -93,7 +96,7 @@ def checked_state(state: LinearState, fk: Tensor, dv: int) -> LinearState:
             f"state.kv has shape {tuple(state.kv.shape)}, expected (B, H, M, Dv) = "
             f"{(b, h, m, dv)} (or an empty Dv from init_state)"
         )
-    acc = fk.dtype
+    acc = fk.dtype if dtype is None else dtype
     kv = state.kv.to(acc)
     if kv.shape[-1] == 0:
         kv = kv.new_zeros(b, h, m, dv)

@@ -277,7 +277,7 @@ def causal_linear_prefill_triton(
         s = phi_k.new_zeros(phi_k.shape[:3], dtype=acc)
     fk, v, s = masked_keys(phi_k, v, s, key_padding_mask)
     assert s is not None
-    state = checked_state(state, fk.to(acc), v.shape[-1])
+    state = checked_state(state, fk, v.shape[-1], acc)
     state = LinearState(*(x.contiguous() for x in state))
     r = running_offsets(s, state.offset)
     out, _, final = _launch(phi_q, fk, v, s, r, float(eps), chunk_size, state)

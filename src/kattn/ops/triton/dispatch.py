@@ -17,6 +17,7 @@ This module imports triton only when a kernel is chosen, so ``kattn`` works with
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -173,9 +174,14 @@ def select_aggregator(
     auto = backend == "auto"
     if type(aggregator) is not LinearAggregator:
         return TritonEncodingAggregator(aggregator, keep_fft=auto, keep_large=auto)
-    linear = TritonLinearAggregator(num_heads=getattr(aggregator, "num_heads", x.shape[1]))
-    linear.keep_large = auto
-    return linear
+    return triton_linear_aggregator(aggregator.num_heads, keep_large=auto)
+
+
+@functools.cache
+def triton_linear_aggregator(num_heads: int, *, keep_large: bool) -> TritonLinearAggregator:
+    """The :class:`TritonLinearAggregator` of ``num_heads`` heads: one per setting, made once
+    (it holds no tensors), not at every decoding step."""
+    return TritonLinearAggregator(num_heads=num_heads, keep_large=keep_large)
 
 
 #: the most features and value columns whose kernels are known to fit the shared memory of an
@@ -251,7 +257,9 @@ class TritonLinearAggregator(LinearAggregator):
     ``keep_large`` (backend ``"auto"``), ``attend`` and ``prefill`` on more features or value
     columns than :func:`kernels_fit` allows run the PyTorch path."""
 
-    keep_large = False
+    def __init__(self, *, num_heads: int, keep_large: bool = False) -> None:
+        super().__init__(num_heads=num_heads)
+        self.keep_large = keep_large
 
     def attend(
         self,

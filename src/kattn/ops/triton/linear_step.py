@@ -99,7 +99,7 @@ def linear_step_triton(
         )
     acc = accumulation_dtype(v.dtype)
     dv = v.shape[-1]
-    kv, z, offset = checked_state(state, phi_k.new_empty(phi_k.shape, dtype=acc), dv)
+    kv, z, offset = checked_state(state, phi_k, dv, acc)
     out = torch.empty(b, h, 1, dv, dtype=v.dtype, device=v.device)
     # the sums are overwritten where they may be; the offset is always a new tensor
     new = LinearState(_output_for(kv), _output_for(z), torch.empty_like(offset))
