@@ -208,35 +208,15 @@ class TextClassification(Objective[TextTaskData]):
 
 class FineTuning(TextClassification):
     """:class:`TextClassification` whose encoder starts from an ``mlm`` run
-    (``model.init_from``). With ``model.init_from_hf`` (a Hugging Face checkpoint) the
-    objective is a :class:`FineTuningHF` instead, and its data and model are that class's."""
+    (``model.init_from``). A run with ``model.init_from_hf`` (a Hugging Face checkpoint) is a
+    :class:`FineTuningHF` (``objectives.objective_of`` picks it)."""
 
     task = "finetune"
-
-    def __new__(cls, config: RunConfig, data: Any) -> FineTuning:
-        if cls is FineTuning and config.model.init_from_hf is not None:
-            return super().__new__(FineTuningHF)
-        return super().__new__(cls)
 
     @staticmethod
     def check_data_fields(config: RunConfig) -> None:
         TextClassification.check_data_fields(config)
-        if config.model.init_from_hf is not None:
-            _hf_data().check_hf_start(config)
-        else:
-            check_start(config)
-
-    @classmethod
-    def load_data(cls, config: RunConfig, run_dir: Path | None = None) -> TextTaskData:
-        if config.model.init_from_hf is not None:
-            return FineTuningHF.load_data(config, run_dir)
-        return super().load_data(config, run_dir)
-
-    @classmethod
-    def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
-        if config.model.init_from_hf is not None:
-            return FineTuningHF.model_of_run(config, run_dir)
-        return super().model_of_run(config, run_dir)
+        check_start(config)
 
     @classmethod
     def tokenizer(cls, config: RunConfig, run_dir: Path | None) -> Tokenizer:
@@ -265,6 +245,11 @@ class FineTuningHF(FineTuning):
 
     if TYPE_CHECKING:
         data: HFTaskData
+
+    @staticmethod
+    def check_data_fields(config: RunConfig) -> None:
+        TextClassification.check_data_fields(config)
+        _hf_data().check_hf_start(config)
 
     def __init__(self, config: RunConfig, data: TextTaskData) -> None:
         TextClassification.__init__(self, config, data)

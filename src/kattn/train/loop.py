@@ -46,7 +46,7 @@ from .distributed import (
     resolve_device,
 )
 from .metrics import METRICS, MetricsLog, truncate_metrics
-from .objectives import objective_class
+from .objectives import objective_of
 from .schedules import build_optimizer
 from .summary import run_header, run_results
 from .validation import validate
@@ -128,7 +128,7 @@ class _Run:
                 f"({procs.world_size}) times optim.accumulate ({config.optim.accumulate})"
             )
         self.micro = loop.batch_size // (procs.world_size * config.optim.accumulate)
-        kind = objective_class(config.data.task)
+        kind = objective_of(config)
         files = run if from_run else None
         if kind.one_batch_per_micro and self.micro != 1:
             raise ValueError(

@@ -41,7 +41,7 @@ from .field_checks import (
     refuse_translation_fields,
     refuse_unread_data_fields,
 )
-from .finetune import FineTuning, TextClassification
+from .finetune import FineTuning, FineTuningHF, TextClassification
 from .image_classification import ImageClassification
 from .image_generation import ImageGeneration
 from .mlm import MaskedLanguageModelling
@@ -280,7 +280,15 @@ def objective_class(task: str) -> type[Objective[Any]]:
     return OBJECTIVES[task]
 
 
+def objective_of(config: RunConfig) -> type[Objective[Any]]:
+    """The objective of a run: its task's, or :class:`~kattn.train.finetune.FineTuningHF` for
+    task ``finetune`` from a Hugging Face checkpoint (``model.init_from_hf``)."""
+    if config.data.task == "finetune" and config.model.init_from_hf is not None:
+        return FineTuningHF
+    return objective_class(config.data.task)
+
+
 def build_objective(config: RunConfig, data: Any) -> Objective[Any]:
-    """The objective of ``config.data.task`` over ``data`` (what its :meth:`~Objective.load_data`
-    read)."""
-    return objective_class(config.data.task)(config, data)
+    """The objective of ``config`` (:func:`objective_of`) over ``data`` (what its
+    :meth:`~Objective.load_data` read)."""
+    return objective_of(config)(config, data)

@@ -17,7 +17,7 @@ from ..data import Tokenizer
 from .checkpoint import BEST, LAST, load_model_state
 from .config import RunConfig, load_config
 from .distributed import Processes, resolve_device
-from .objectives import objective_class
+from .objectives import objective_of
 
 CONFIG = "config.json"
 
@@ -40,6 +40,6 @@ def load_trained_model(
         raise ValueError(f"{run} is not a run folder (no {CONFIG})")
     config = load_config(run / CONFIG)
     target = resolve_device(device, Processes())
-    model, tokenizer = objective_class(config.data.task).model_of_run(config, run)
+    model, tokenizer = objective_of(config).model_of_run(config, run)
     load_model_state(model, run / (BEST if checkpoint == "best" else LAST), target)
     return model.to(target).eval(), config, tokenizer

@@ -12,7 +12,7 @@ from ..registry import MECHANISMS
 from .config import AMP_DTYPES, SCHEDULES, TASKS, RunConfig
 from .distributed import check_device
 from .field_checks import refuse_text_fields
-from .objectives import objective_class
+from .objectives import objective_of
 from .schedules import ONE_CYCLE_FALLBACK_SHARE, one_cycle_warmup
 
 
@@ -133,7 +133,7 @@ def _check_warmup(config: RunConfig) -> None:
 
 def _validate_task_fields(config: RunConfig) -> None:
     data, attention = config.data, config.attention
-    objective = objective_class(data.task)
+    objective = objective_of(config)
     refuse_text_fields(config)  # every task: mlm's masking, glue and init_from are theirs
     objective.check_data_fields(config)
     if objective.needs_causal and not mechanism_supports_causal(attention.name, attention.options):
