@@ -92,6 +92,18 @@ def test_the_hash_is_the_argmax_over_the_rotations_and_their_negations():
     )
 
 
+def test_the_hash_in_float32_over_many_slices_with_shared_rotations():
+    # 2,000 positions × 2 heads × 2 rounds × 64 directions: hashed in several slices
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1, 2, 2000, 32, generator=g)
+    rot = torch.randn(1, 32, 2, 64, generator=g)  # one set for every head
+    proj = torch.einsum("bhld,hdrn->bhrln", x.double(), rot.double())
+    expected = torch.cat([proj, -proj], dim=-1).argmax(dim=-1)
+    got = lsh_buckets(x, rot)
+    assert got.shape == (1, 2, 2, 2000) and got.dtype == torch.long
+    assert torch.equal(got, expected)
+
+
 def test_the_number_of_buckets_gives_chunks_twice_the_mean_bucket():
     assert reformer_num_buckets(4096, 64) == 128  # m = 2l/n_buckets
     assert reformer_num_buckets(100, 64) == 4

@@ -17,8 +17,9 @@ from torch import Tensor
 from ..checks import positive_int
 from .numerics import accumulation_dtype, autocast_off
 
-#: projections ``xR`` computed at once (positions are hashed in slices of this many).
-_HASH_ELEMENTS = 1 << 21
+#: projections ``xR`` computed at once (positions are hashed in slices of this many; small
+#: enough that a slice's passes stay in the cache).
+_HASH_ELEMENTS = 1 << 18
 
 __all__ = ["dense_rank", "lsh_buckets", "reformer_num_buckets", "slots", "sorted_order"]
 
@@ -53,20 +54,28 @@ def lsh_buckets(x: Tensor, rotations: Tensor) -> Tensor:
             f"{tuple(rotations.shape)}"
         )
     acc = accumulation_dtype(x.dtype)
-    b, h, length, _ = x.shape
-    half = rotations.shape[-1]
-    buckets = torch.empty(b, h, rotations.shape[2], length, dtype=torch.long, device=x.device)
-    step = max(1, _HASH_ELEMENTS // max(1, b * h * rotations.shape[2] * half))
+    b, h, length, d = x.shape
+    rounds, half = rotations.shape[2], rotations.shape[-1]
+    buckets = torch.empty(b, h, length, rounds, dtype=torch.long, device=x.device)
+    step = max(1, _HASH_ELEMENTS // max(1, b * h * rounds * half))
     with autocast_off(x), torch.no_grad():
-        rot = rotations.to(device=x.device, dtype=acc)
+        # (H or 1, D, R·nb/2): one product gives every round's projections in the layout
+        # (B, H, L, R·nb/2), so no permuted copy of the projections is made
+        rot = rotations.to(device=x.device, dtype=acc).reshape(-1, d, rounds * half)
+        # the first n of the largest |xR_n| is the largest of (|xR_n| = max)·(nb/2 − n):
+        # value reductions vectorise where index reductions (argmax) do not
+        weight = torch.arange(half, 0, -1, device=x.device, dtype=acc)
         for start in range(0, length, step):  # xR a slice of positions at a time
-            xs = x[:, :, start : start + step].to(acc)
-            proj = torch.einsum("bhld,hdrn->bhrln", xs, rot)
+            proj = torch.matmul(x[:, :, start : start + step].to(acc), rot)
+            proj = proj.view(*proj.shape[:-1], rounds, half)
+            top = proj.abs()
+            top.eq_(top.amax(dim=-1, keepdim=True)).mul_(weight)
+            arg = (half - top.amax(dim=-1).long()).clamp_(0, half - 1)  # NaN rows: n = nb/2 − 1
             # the bucket of the largest |xR_n|: n, or n + nb/2 when xR_n < 0 (argmax([xR; −xR])
-            # but for ties, which go to the lowest n); one index reduction instead of two
-            arg = proj.abs().argmax(dim=-1)
+            # but for ties, which go to the lowest n, then xR before −xR)
             negative = proj.gather(-1, arg[..., None]).squeeze(-1) < 0
-            buckets[..., start : start + step] = torch.where(negative, arg + half, arg)
+            buckets[:, :, start : start + step] = torch.where(negative, arg + half, arg)
+    return buckets.transpose(-1, -2)
     return buckets
 
 
