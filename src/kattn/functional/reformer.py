@@ -95,15 +95,16 @@ def reformer_attention(
     scale: float | None = None,
 ) -> Tensor:
     """Multi-round LSH attention (module docstring), in O(R·(L·log L + L·nb·D +
-    L·m·(D + Dv))) time and O(R·L·m + L·(D + Dv)) memory (a bool per score, one round's
-    sorted rows).
+    L·m·(D + Dv))) time and O(R·L·m + L·(D + Dv)) memory (a bool per score, and when a
+    gradient is wanted a float per score, kept for the backward; one round's sorted rows).
 
     Per round: hash, argsort by bucket and position (padded positions last), gather q, k and
     v once into the sorted order, and attend from each chunk to ``[previous chunk, own
     chunk]`` (a strided view of the sorted keys); the per-token rules are one bool mask built
     from the sorted positions. Each round's outputs go back to their original positions and
-    are merged with the earlier rounds' by log-sum-exp; the backward recomputes each chunk's
-    probabilities from the merged log-sum-exp and adds the gradients into the unsorted rows.
+    are merged with the earlier rounds' by log-sum-exp; the backward rescales each chunk's
+    kept probabilities to the merged log-sum-exp and adds the gradients into the unsorted
+    rows. With ``shared_qk`` the unit keys are made from each slice's gathered rows of q.
 
     Args:
         q: ``(B, H, L, D)``; k: ``(B, H, L, D)`` (not read when ``shared_qk``);
@@ -148,8 +149,9 @@ def reformer_attention(
             allowed = chunk_mask(order_q, order_k, hashes_q, hashes_k, pad, m, across)
             plan = ChunkPlan(order_q, order_k, allowed, length, m, scale)
         del allowed  # the plan keeps its own (negated) copy
+        q_ = q.to(acc)  # shared QK: the keys are q's rows, made unit rows chunk by chunk
         out, lse = ChunkAttention.apply(  # (B, H, L, Dv), (B, H, L): the rounds merged
-            q.to(acc), _unit(q.to(acc)) if shared_qk else k.to(acc), v.to(acc), plan
+            q_, q_ if shared_qk else k.to(acc), v.to(acc), plan, shared_qk
         )
         empty = torch.isinf(lse).nonzero(as_tuple=True)
         if empty[0].numel():  # no round reads a key (e.g. the first causal token): own value

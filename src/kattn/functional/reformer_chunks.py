@@ -1,17 +1,17 @@
 """The chunked pass of Reformer LSH attention (Kitaev, Kaiser and Levskaya, "Reformer: The
 Efficient Transformer", ICLR 2020, §2 and App. A): the softmax of each block of sorted query
 slots over its window of key chunks, the rounds merged into one softmax over the union of
-their (disjoint) key sets, with a recomputing backward (:class:`ChunkAttention` on a
-:class:`ChunkPlan`). Which slots may be read comes from :mod:`kattn.functional.reformer_patterns`.
-Used by :func:`kattn.functional.reformer_attention`.
+their (disjoint) key sets, with a backward that reads the probabilities the forward kept
+(:class:`ChunkAttention` on a :class:`ChunkPlan`). Which slots may be read comes from
+:mod:`kattn.functional.reformer_patterns`. Used by :func:`kattn.functional.reformer_attention`.
 
-Round by round and a slice of (batch, head) sequences at a time, q, k and v are gathered
-once into the sorted order; a block's keys are then a window of consecutive key chunks: a
+A slice of (batch, head) sequences at a time, round by round, q, k and v are gathered once
+into the sorted order; a block's keys are then a window of consecutive key chunks: a
 strided view of the sorted keys when every block reads the chunk before it and its own (the
 non-causal form, no copy), otherwise its ``span`` chunks gathered whole. The slice's outputs
 (and in the backward its gradients) go back to the original positions by gathering with the
 inverse orders, and the rounds are merged by their log-sum-exp as they arrive, so beyond
-the per-score masks only O(L·(D + Dv)) is held.
+the per-score masks and kept probabilities only O(L·(D + Dv)) is held.
 
 Shapes: B batch, H heads, L length, D head dim, Dv value dim, R rounds, m the chunk length,
 NB blocks of m query slots per (batch, head, round), Lq = NB·m, S = span·m key slots per block.
@@ -19,6 +19,7 @@ NB blocks of m query slots per (batch, head, round), Lq = NB·m, S = span·m key
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -34,7 +35,7 @@ __all__ = ["ChunkAttention", "ChunkPlan"]
 _CHUNK_ELEMENTS = 1 << 20
 
 #: sorted rows gathered at once (whole (batch, head) sequences, at least one).
-_SLICE_ROWS = 1 << 15
+_SLICE_ROWS = 1 << 14
 
 #: the logit of a disallowed key: exp(−1e30 − max) is 0 in fp32 and fp64.
 _MASKED = -1e30
@@ -74,6 +75,9 @@ class ChunkPlan:
         self.shape, self.length, self.m, self.scale = (b, h, rounds), length, m, scale
         self.span, self.nblocks, self.lq = span, nblocks, lq
         self.consecutive = starts is None
+        #: keys read in the queries' sorted order, one slot per position (shared QK): a slice's
+        #: key rows are its query rows after the front chunk
+        self.same_order = self.consecutive and order_k is order_q
         if self.consecutive and span != 2:
             raise ValueError(f"consecutive windows read two chunks, got a span of {span}")
         seq = torch.arange(b * h, device=device).view(b, h, 1, 1)  # the (b, h) sequence
@@ -83,10 +87,14 @@ class ChunkPlan:
 
         self.rows_q = by_round(order_q + seq * length)  # (R, B·H·Lq): rows of (B·H·L, ·)
         allowed = allowed.view(b, h, rounds, nblocks, m, span * m).movedim(2, 0)
-        self.blocked = torch.empty(allowed.shape, dtype=torch.bool, device=device)
-        torch.logical_not(allowed, out=self.blocked)
-        self.blocked = self.blocked.view(rounds, b * h * nblocks, m, span * m)
-        seen = allowed.any(dim=-1).reshape(rounds, -1)  # (R, B·H·Lq): slots that read a key
+        blocked = torch.empty(allowed.shape, dtype=torch.bool, device=device)
+        torch.logical_not(allowed, out=blocked)
+        #: (R, B·H·NB, m, S), True where a query slot may not read a key slot (None in the
+        #: copy a backward keeps, :meth:`without_mask`)
+        self.blocked: Tensor | None = blocked.view(rounds, b * h * nblocks, m, span * m)
+        # (R, B·H·Lq): the slots that read a key (a value reduction over the bytes: any() over
+        # the last dim of a bool tensor does not vectorise)
+        seen = allowed.view(torch.uint8).amax(dim=-1).reshape(rounds, -1).bool()
         if self.consecutive:  # keys as sorted; one front filler chunk per slice
             keys, first_key = order_k, m
         else:  # per sequence: span − 1 filler chunks, the keys, one filler chunk
@@ -110,6 +118,13 @@ class ChunkPlan:
         self.slices = [(s0, min(b * h, s0 + per_slice)) for s0 in range(0, b * h, per_slice)]
         self.step = max(1, _CHUNK_ELEMENTS // (m * span * m))
 
+    def without_mask(self) -> ChunkPlan:
+        """A copy sharing every index but holding no mask (``blocked`` None), for a backward
+        that reads the kept probabilities."""
+        plan = copy.copy(self)
+        plan.blocked = None
+        return plan
+
     def slice(self, r: int, s0: int, s1: int) -> _Slice:
         """Round r's sequences s0..s1 (of the B·H)."""
         return _Slice(self, r, s0, s1)
@@ -129,18 +144,24 @@ class _Slice:
         self.inverse_q = torch.where(inverse < 0, (s1 - s0) * lq, inverse - s0 * lq)
         self.inverse_k = plan.inverse_k[r, self.positions] - s0 * lk
         b0, b1 = s0 * plan.nblocks, s1 * plan.nblocks
-        self.blocked = plan.blocked[r, b0:b1]
+        self.blocks = slice(b0, b1)  # the slice's blocks among the round's B·H·NB
+        self.blocked = None if plan.blocked is None else plan.blocked[r, b0:b1]
         self.chunks = None if plan.chunks is None else plan.chunks[r, b0:b1] - s0 * (lk // m)
         self.groups = [(c0, min(b1 - b0, c0 + plan.step)) for c0 in range(0, b1 - b0, plan.step)]
 
-    def keys(self, x: Tensor) -> Tensor:
+    def keys(self, x: Tensor, gathered: Tensor | None = None) -> Tensor:
         """The slice's sorted rows of x, ``(rows, ·)``: after one zero front chunk
-        (consecutive windows), or with each sequence's filler chunks."""
+        (consecutive windows), or with each sequence's filler chunks. ``gathered``: the same
+        rows already gathered (keys sorted as the queries, :attr:`ChunkPlan.same_order`), copied
+        instead of gathered again."""
         if not self.consecutive:
             return x.index_select(0, self.rows_k)
         out = x.new_empty(self.m + self.rows_k.numel(), x.shape[-1])
         out[: self.m].zero_()
-        torch.index_select(x, 0, self.rows_k, out=out[self.m :])
+        if gathered is None:
+            torch.index_select(x, 0, self.rows_k, out=out[self.m :])
+        else:
+            out[self.m :] = gathered
         return out
 
     def key_grad_buffer(self, sorted_keys: Tensor) -> Tensor:
@@ -181,26 +202,43 @@ class ChunkAttention(torch.autograd.Function):
     merged over the rounds: ``out (B, H, L, Dv)`` and ``lse (B, H, L)`` (not
     differentiable; −∞ and a zero output for a query that reads no key in any round). The
     rounds' key sets are disjoint parts of one union (the plan's masks keep a key in its
-    first round only), so the merged output is one softmax over the union, and the backward
-    recomputes each block's probabilities as ``exp(s − lse)`` from the merged lse."""
+    first round only), so the merged output is one softmax over the union. With
+    ``unit_keys`` the keys are ``k_j/‖k_j‖`` (the Shared-QK Transformer's, k = q), made from
+    each slice's gathered rows and differentiated there, so no normalised copy of k exists.
+
+    When a gradient is wanted, the forward keeps each block's ``exp(s − top)`` (one float
+    per score, R·B·H·NB·m·S in all) and each slot's ``top``; the backward rescales them by
+    ``exp(top − lse)`` with the merged lse instead of recomputing the scores, and keeps no
+    mask."""
 
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, plan: ChunkPlan) -> Any:
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, plan: ChunkPlan, unit_keys: bool) -> Any:
         (b, h, rounds), length, m = plan.shape, plan.length, plan.m
         d, dv = q.shape[-1], v.shape[-1]
         qf, kf, vf = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, dv)
         out, lse = q.new_empty(b * h * length, dv), q.new_empty(b * h * length)
-        for r in range(rounds):
-            for s0, s1 in plan.slices:
+        keep = any(ctx.needs_input_grad[:3])
+        if keep:  # what the backward reads instead of recomputing the scores
+            assert plan.blocked is not None
+            probs = q.new_empty(plan.blocked.shape)  # (R, B·H·NB, m, S)
+            tops = q.new_empty(rounds, b * h * plan.lq)
+        for s0, s1 in plan.slices:  # a slice's rounds one after the other: its rows stay cached
+            for r in range(rounds):
                 sl = plan.slice(r, s0, s1)
-                qs = qf.index_select(0, sl.rows_q).mul_(plan.scale)
-                ks, vs = sl.keys(kf), sl.keys(vf)
+                assert sl.blocked is not None
+                qs = qf.index_select(0, sl.rows_q)
+                ks = sl.keys(kf, qs if k is q and plan.same_order else None)
+                qs.mul_(plan.scale)
+                vs = sl.keys(vf)
+                if unit_keys:
+                    ks.div_(_row_norms(ks))
                 os_ = q.new_empty(qs.shape[0] + 1, dv)  # the last row: positions read nothing
                 lse_s = q.new_empty(qs.shape[0] + 1)
                 os_[-1], lse_s[-1] = 0.0, -math.inf
                 for c0, c1 in sl.groups:
                     qg = qs[c0 * m : c1 * m].view(-1, m, d)
-                    scores = torch.bmm(qg, sl.window(ks, c0, c1).mT)
+                    kept = probs[r, sl.blocks][c0:c1] if keep else None
+                    scores = torch.bmm(qg, sl.window(ks, c0, c1).mT, out=kept)
                     scores.masked_fill_(sl.blocked[c0:c1], _MASKED)
                     top = scores.amax(dim=-1, keepdim=True)
                     p = scores.sub_(top).exp_()
@@ -209,6 +247,8 @@ class ChunkAttention(torch.autograd.Function):
                     torch.bmm(p, sl.window(vs, c0, c1), out=o)
                     o.div_(total)
                     lse_s[c0 * m : c1 * m] = (top + total.log()).flatten()
+                    if keep:
+                        tops[r, sl.blocks.start * m :][c0 * m : c1 * m] = top.flatten()
                 at = sl.positions
                 if r == 0:
                     torch.index_select(os_, 0, sl.inverse_q, out=out[at])
@@ -216,15 +256,17 @@ class ChunkAttention(torch.autograd.Function):
                 else:
                     _merge(out[at], lse[at], os_.index_select(0, sl.inverse_q), lse_s[sl.inverse_q])
         out, lse = out.view(b, h, length, dv), lse.view(b, h, length)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.plan = plan
+        if keep:  # the probabilities say all the backward needs of the mask
+            ctx.save_for_backward(q, k, v, out, lse, probs, tops)
+            ctx.plan, ctx.unit_keys = plan.without_mask(), unit_keys
+            ctx.shared_rows = k is q and plan.same_order
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, d_out: Tensor, _d_lse: Tensor | None) -> tuple[Tensor | None, ...]:
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, probs, tops = ctx.saved_tensors
         plan: ChunkPlan = ctx.plan
         m, d, dv = plan.m, q.shape[-1], v.shape[-1]
         qf, kf, vf = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, dv)
@@ -232,13 +274,24 @@ class ChunkAttention(torch.autograd.Function):
         delta = (d_out * out).sum(dim=-1).flatten()  # rowsum(dO ∘ O)
         lse = lse.flatten().nan_to_num(neginf=0.0)  # a query with no key: p = 0 everywhere
         dq, dk, dvf = torch.empty_like(qf), torch.empty_like(kf), torch.empty_like(vf)
-        for r in range(plan.shape[2]):
-            for s0, s1 in plan.slices:
+        for s0, s1 in plan.slices:
+            for r in range(plan.shape[2]):
                 sl = plan.slice(r, s0, s1)
-                rows = sl.rows_q
-                qs = qf.index_select(0, rows).mul_(plan.scale)
-                dos, lse_q, delta_q = dof.index_select(0, rows), lse[rows], delta[rows]
-                ks, vs = sl.keys(kf), sl.keys(vf)
+                rows, b0 = sl.rows_q, sl.blocks.start
+                qs = qf.index_select(0, rows)
+                ks = sl.keys(kf, qs if ctx.shared_rows else None)
+                qs.mul_(plan.scale)
+                # the probabilities of the merged softmax are P·c per query slot, P = exp(s −
+                # top) as kept and c = exp(top − lse) (0 for a slot that read nothing: its top
+                # is the mask's −1e30); c goes on dO and δ, the smaller side of each product:
+                # dV = Pᵀ(c·dO), dS = P ∘ ((c·dO)Vᵀ − c·δ)
+                c = (tops[r, b0 * m : b0 * m + rows.numel()] - lse[rows]).exp_()
+                dos = dof.index_select(0, rows).mul_(c[:, None])
+                delta_q = delta[rows].mul_(c)
+                vs = sl.keys(vf)
+                if ctx.unit_keys:
+                    norms = _row_norms(ks)
+                    ks.div_(norms)
                 dqs = qs.new_empty(qs.shape[0] + 1, d)  # the last row: positions read nothing
                 dqs[-1] = 0.0
                 dks, dvs = sl.key_grad_buffer(ks), sl.key_grad_buffer(vs)
@@ -246,20 +299,27 @@ class ChunkAttention(torch.autograd.Function):
                     part = slice(c0 * m, c1 * m)
                     qg, dog = qs[part].view(-1, m, d), dos[part].view(-1, m, dv)
                     kw, vw = sl.window(ks, c0, c1), sl.window(vs, c0, c1)
-                    p = torch.bmm(qg, kw.mT).masked_fill_(sl.blocked[c0:c1], _MASKED)
-                    p.sub_(lse_q[part].view(-1, m, 1)).exp_()
+                    p = probs[r, b0 + c0 : b0 + c1]
                     ds = torch.bmm(dog, vw.mT).sub_(delta_q[part].view(-1, m, 1)).mul_(p)
                     torch.bmm(ds, kw, out=dqs[part].view(-1, m, d))
                     sl.add_window(dks, (ds.mT, qg), c0, c1)
                     sl.add_window(dvs, (p.mT, dog), c0, c1)
                 dqs.mul_(plan.scale)
+                if ctx.unit_keys:  # through u = x/‖x‖: dx = (du − u·(u·du))/‖x‖
+                    dks.addcmul_(ks, (ks * dks).sum(dim=-1, keepdim=True), value=-1.0).div_(norms)
                 for grad, src, inverse in ((dq, dqs, sl.inverse_q), (dk, dks, sl.inverse_k),
                                            (dvf, dvs, sl.inverse_k)):  # fmt: skip
                     if r == 0:
                         torch.index_select(src, 0, inverse, out=grad[sl.positions])
                     else:
                         grad[sl.positions] += src.index_select(0, inverse)
-        return dq.view_as(q), dk.view_as(k), dvf.view_as(v), None
+        return dq.view_as(q), dk.view_as(k), dvf.view_as(v), None, None
+
+
+def _row_norms(x: Tensor) -> Tensor:
+    """``‖x_i‖`` of each row, ``(rows, 1)``, at least the dtype's tiny (a zero row stays zero
+    when divided)."""
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min_(torch.finfo(x.dtype).tiny)
 
 
 def _merge(out: Tensor, lse: Tensor, o_r: Tensor, lse_r: Tensor) -> None:

@@ -31,37 +31,48 @@ def chunk_mask(
     """``(B, H, R·nc, m, 2m)`` bool, True where query slot s may read the key slot of
     ``[previous chunk, own chunk]`` (the non-causal form): not itself, the same bucket (unless
     ``across``) held by no earlier round (each key counts once), and neither a padded key nor
-    a filler slot."""
+    a filler slot. ``order_k is order_q`` (shared QK) marks a query's own slot as the
+    diagonal of its own chunk instead of comparing positions."""
     b, h, rounds, lp = order_q.shape
     length = hashes_q.shape[-1]
     nc = lp // m
-    qpos = order_q.view(b, h, rounds, nc, m, 1)
-    kpos = order_k.view(b, h, rounds, nc, m)
-    kwin = torch.cat([kpos.roll(1, dims=3), kpos], dim=-1)[..., None, :]  # (…, nc, 1, 2m)
     key_pad = pad[:, None, None, :].expand(b, h, rounds, length).gather(3, order_k)
     key_pad[..., length:] = True  # the filler slots
     key_pad = key_pad.view(b, h, rounds, nc, m)
-    allowed = (kwin != qpos) & ~torch.cat([key_pad.roll(1, dims=3), key_pad], dim=-1)[..., None, :]
-    allowed[:, :, :, 0, :, :m] = False  # chunk 0 of a round has no previous chunk
+    open_keys = torch.cat([key_pad.roll(1, dims=3), key_pad], dim=-1).logical_not_()
+    open_keys[:, :, :, 0, :m] = False  # chunk 0 of a round has no previous chunk
+    allowed = open_keys[..., None, :].expand(b, h, rounds, nc, m, 2 * m).clone()
+    if order_k is order_q:  # each position holds one slot: its own is the own chunk's diagonal
+        allowed[..., m:].diagonal(dim1=-2, dim2=-1).fill_(False)
+    else:
+        qpos = order_q.view(b, h, rounds, nc, m, 1)
+        kpos = order_k.view(b, h, rounds, nc, m)
+        allowed &= torch.cat([kpos.roll(1, dims=3), kpos], dim=-1)[..., None, :] != qpos
     allowed.view(b, h, rounds, lp, 2 * m)[:, :, :, length:] = False  # filler queries
 
     def at(table: Tensor, pos: Tensor) -> Tensor:  # table (B, H, R, L) read at positions
         return table.gather(-1, pos.reshape(b, h, 1, -1).expand(-1, -1, table.shape[2], -1))
 
+    def window(x: Tensor) -> Tensor:  # (…, nc, m) per key slot → (…, nc, 1, 2m)
+        return torch.cat([x.roll(1, dims=-2), x], dim=-1)[..., None, :]
+
     if not across:
         bq = at(hashes_q, order_q).view(b, h, rounds, rounds, nc, m, 1)
-        bk = at(hashes_k, order_k).view(b, h, rounds, rounds, nc, m)
-        bk = torch.cat([bk.roll(1, dims=4), bk], dim=-1)[..., None, :]
+        bk = window(at(hashes_k, order_k).view(b, h, rounds, rounds, nc, m))
         for r in range(rounds):
             allowed[:, :, r] &= bq[:, :, r, r] == bk[:, :, r, r]
     if rounds > 1:
-        cq = at(slots(order_q, length) // m, order_q).view(b, h, rounds, rounds, nc, m, 1)
-        ck = at(slots(order_k, length) // m, order_k).view(b, h, rounds, rounds, nc, m)
-        ck = torch.cat([ck.roll(1, dims=4), ck], dim=-1)[..., None, :]
+        # chunk numbers as small ints: the broadcast difference below vectorises
+        small = torch.int16 if nc < 2**15 - 1 else torch.int32
+        shape = (b, h, rounds, rounds, nc, m)
+        cq = at(slots(order_q, length) // m, order_q).to(small).view(*shape, 1)
+        ck = window(at(slots(order_k, length) // m, order_k).to(small).view(shape))
         for r in range(1, rounds):  # drop what rounds 0 … r − 1 already hold
             for e in range(r):
-                ci, cj = cq[:, :, e, r], ck[:, :, e, r]  # the chunks in round e
-                held = (cj <= ci) & (cj >= ci - 1)
+                # held in round e: the key's chunk there is the query's or the one before,
+                # i.e. ck − cq + 1 ∈ {0, 1}, i.e. (ck − cq + 1) & ~1 = 0
+                step = torch.sub(ck[:, :, e, r], cq[:, :, e, r]).add_(1).bitwise_and_(-2)
+                held = step == 0
                 if not across:
                     held &= bq[:, :, e, r] == bk[:, :, e, r]
                 allowed[:, :, r] &= ~held
