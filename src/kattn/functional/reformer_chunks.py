@@ -273,7 +273,8 @@ class ChunkAttention(torch.autograd.Function):
         dof = d_out.reshape(-1, dv)
         delta = (d_out * out).sum(dim=-1).flatten()  # rowsum(dO ∘ O)
         lse = lse.flatten().nan_to_num(neginf=0.0)  # a query with no key: p = 0 everywhere
-        dq, dk, dvf = torch.empty_like(qf), torch.empty_like(kf), torch.empty_like(vf)
+        dq, dvf = torch.empty_like(qf), torch.empty_like(vf)
+        dk = None if ctx.shared_rows else torch.empty_like(kf)  # shared: q's rows take both
         for s0, s1 in plan.slices:
             for r in range(plan.shape[2]):
                 sl = plan.slice(r, s0, s1)
@@ -307,13 +308,22 @@ class ChunkAttention(torch.autograd.Function):
                 dqs.mul_(plan.scale)
                 if ctx.unit_keys:  # through u = x/‖x‖: dx = (du − u·(u·du))/‖x‖
                     dks.addcmul_(ks, (ks * dks).sum(dim=-1, keepdim=True), value=-1.0).div_(norms)
-                for grad, src, inverse in ((dq, dqs, sl.inverse_q), (dk, dks, sl.inverse_k),
-                                           (dvf, dvs, sl.inverse_k)):  # fmt: skip
+                if dk is None:  # k is q, sorted alike: add the query rows' part to the key rows
+                    dks[m:].add_(dqs[:-1])  # (a slot that read nothing has zero rows in dqs)
+                    pairs = [(dq, dks, sl.inverse_k), (dvf, dvs, sl.inverse_k)]
+                else:
+                    pairs = [
+                        (dq, dqs, sl.inverse_q),
+                        (dk, dks, sl.inverse_k),
+                        (dvf, dvs, sl.inverse_k),
+                    ]
+                for grad, src, inverse in pairs:
                     if r == 0:
                         torch.index_select(src, 0, inverse, out=grad[sl.positions])
                     else:
                         grad[sl.positions] += src.index_select(0, inverse)
-        return dq.view_as(q), dk.view_as(k), dvf.view_as(v), None, None
+        dk_ = None if dk is None else dk.view_as(k)
+        return dq.view_as(q), dk_, dvf.view_as(v), None, None
 
 
 def _row_norms(x: Tensor) -> Tensor:
