@@ -9,7 +9,9 @@ registered defaults (``kattn.build(name, head_dim=64, num_heads=4, max_len=L)``)
   2020), ``clustered`` and ``improved_clustered`` (Vyas et al. 2020), ``sinkhorn`` (Tay et al.
   2020), ``synthesizer`` (Tay et al. 2021) and ``informer`` (Zhou et al. 2021); and, where the
   packages are importable (``--peer-site`` adds a site-packages folder to the path), lucidrains'
-  ``reformer-pytorch`` ``LSHAttention`` (bucket 64, 2 hashes, as kattn's defaults) and
+  ``reformer-pytorch`` ``LSHAttention`` (bucket 64, 2 hashes, as kattn's defaults; L/64
+  buckets where kattn's default is the paper's 2L/64, so the row ``reformer nb=L/m`` runs
+  kattn's ``reformer`` with the peer's L/64 beside it) and
   ``sinkhorn-transformer`` ``SinkhornAttention`` (block 64, as kattn's). Rows whose
   ``(B, H, L, L)`` fp32 scores exceed ``--memory-cap-gb`` (SDPA, whose time grows with them)
   or ``--stored-cap-gb`` (synthesizer, which stores them) are skipped at that length, with a
@@ -59,6 +61,9 @@ CAUSAL = ("rfa", "rfa_gate")
 #: rows that store them, each run only where the scores fit under its cap
 QUADRATIC = {SDPA: "memory_cap_gb", "synthesizer": "stored_cap_gb"}
 REFORMER_PEER, SINKHORN_PEER = "reformer-pytorch", "sinkhorn-transformer"
+#: kattn's ``reformer`` with reformer-pytorch's number of buckets, L/m (the registered default
+#: is the paper's 2L/m, twice the hashing work): the like-for-like row beside the peer
+REFORMER_MATCHED = "reformer nb=L/m"
 
 
 class _Causal(torch.nn.Module):
@@ -132,6 +137,9 @@ def build(row: str, length: int) -> torch.nn.Module:
         return _ReformerPeer()
     if row == SINKHORN_PEER:
         return _SinkhornPeer(length)
+    if row == REFORMER_MATCHED:
+        buckets = max(2, 2 * (length // 128))  # L/m for m = 64, even
+        return kattn.build("reformer", head_dim=D, num_heads=H, num_buckets=buckets).eval()
     name = row.removesuffix(" causal")
     attn = kattn.build(name, head_dim=D, num_heads=H, max_len=length).eval()
     return _Causal(attn) if row.endswith(" causal") else attn
@@ -175,7 +183,8 @@ def check_correctness(rows: list[str], length: int) -> dict[str, float]:
     for row in rows:
         if row in (SDPA, REFORMER_PEER, SINKHORN_PEER):
             continue
-        attn = build(row.removesuffix(" causal"), length).double()
+        attn = build(row if row == REFORMER_MATCHED else row.removesuffix(" causal"), length)
+        attn = attn.double()
         causal = row.endswith(" causal")
         with torch.no_grad():
             out = attn(q, k, v, causal=causal)
@@ -249,7 +258,9 @@ def main() -> None:
     missing = [n for n in (*NON_CAUSAL, *CAUSAL) if n not in registered]
     if missing:
         notes.append(f"not registered, not run: {', '.join(missing)}.")
-    rows = [SDPA, *(n for n in NON_CAUSAL if n in registered), *peers(notes)]
+    rows = [SDPA, *(n for n in NON_CAUSAL if n in registered)]
+    rows += [REFORMER_MATCHED] if "reformer" in registered else []
+    rows += peers(notes)
     rows += [f"{n} causal" for n in CAUSAL if n in registered]
     correctness = check_correctness(rows, min(256, *args.lengths))
     runs = {n: measure_length(n, rows, args, notes) for n in args.lengths}
