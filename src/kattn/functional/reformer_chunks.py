@@ -206,10 +206,10 @@ class ChunkAttention(torch.autograd.Function):
     ``unit_keys`` the keys are ``k_j/‖k_j‖`` (the Shared-QK Transformer's, k = q), made from
     each slice's gathered rows and differentiated there, so no normalised copy of k exists.
 
-    When a gradient is wanted, the forward keeps each block's ``exp(s − top)`` (one float
-    per score, R·B·H·NB·m·S in all) and each slot's ``top``; the backward rescales them by
-    ``exp(top − lse)`` with the merged lse instead of recomputing the scores, and keeps no
-    mask."""
+    When a gradient is wanted, the forward keeps each block's probabilities (one float per
+    score, R·B·H·NB·m·S in all) and each slot's log-sum-exp ``lse_r`` in its round; the
+    backward rescales them by ``exp(lse_r − lse)`` with the merged lse instead of recomputing
+    the scores, and keeps no mask."""
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, plan: ChunkPlan, unit_keys: bool) -> Any:
@@ -221,7 +221,7 @@ class ChunkAttention(torch.autograd.Function):
         if keep:  # what the backward reads instead of recomputing the scores
             assert plan.blocked is not None
             probs = q.new_empty(plan.blocked.shape)  # (R, B·H·NB, m, S)
-            tops = q.new_empty(rounds, b * h * plan.lq)
+            lses = q.new_empty(rounds, b * h * plan.lq)
         for s0, s1 in plan.slices:  # a slice's rounds one after the other: its rows stay cached
             for r in range(rounds):
                 sl = plan.slice(r, s0, s1)
@@ -237,18 +237,17 @@ class ChunkAttention(torch.autograd.Function):
                 os_[-1], lse_s[-1] = 0.0, -math.inf
                 for c0, c1 in sl.groups:
                     qg = qs[c0 * m : c1 * m].view(-1, m, d)
-                    kept = probs[r, sl.blocks][c0:c1] if keep else None
-                    scores = torch.bmm(qg, sl.window(ks, c0, c1).mT, out=kept)
+                    scores = torch.bmm(qg, sl.window(ks, c0, c1).mT)
                     scores.masked_fill_(sl.blocked[c0:c1], _MASKED)
                     top = scores.amax(dim=-1, keepdim=True)
-                    p = scores.sub_(top).exp_()
-                    total = p.sum(dim=-1, keepdim=True)
-                    o = os_[c0 * m : c1 * m].view(-1, m, dv)
-                    torch.bmm(p, sl.window(vs, c0, c1), out=o)
-                    o.div_(total)
-                    lse_s[c0 * m : c1 * m] = (top + total.log()).flatten()
+                    # one fused pass per row (max, exp, sum, scale) instead of four over the
+                    # group; the largest probability is exp(top − lse), which gives the lse
+                    p = _softmax(scores, probs[r, sl.blocks][c0:c1] if keep else scores)
+                    rows = slice(c0 * m, c1 * m)
+                    torch.bmm(p, sl.window(vs, c0, c1), out=os_[rows].view(-1, m, dv))
+                    lse_s[rows] = top.sub_(p.amax(dim=-1, keepdim=True).log_()).flatten()
                     if keep:
-                        tops[r, sl.blocks.start * m :][c0 * m : c1 * m] = top.flatten()
+                        lses[r, sl.blocks.start * m :][rows] = lse_s[rows]
                 at = sl.positions
                 if r == 0:
                     torch.index_select(os_, 0, sl.inverse_q, out=out[at])
@@ -257,7 +256,7 @@ class ChunkAttention(torch.autograd.Function):
                     _merge(out[at], lse[at], os_.index_select(0, sl.inverse_q), lse_s[sl.inverse_q])
         out, lse = out.view(b, h, length, dv), lse.view(b, h, length)
         if keep:  # the probabilities say all the backward needs of the mask
-            ctx.save_for_backward(q, k, v, out, lse, probs, tops)
+            ctx.save_for_backward(q, k, v, out, lse, probs, lses)
             ctx.plan, ctx.unit_keys = plan.without_mask(), unit_keys
             ctx.shared_rows = k is q and plan.same_order
         ctx.mark_non_differentiable(lse)
@@ -266,7 +265,7 @@ class ChunkAttention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, d_out: Tensor, _d_lse: Tensor | None) -> tuple[Tensor | None, ...]:
-        q, k, v, out, lse, probs, tops = ctx.saved_tensors
+        q, k, v, out, lse, probs, lses = ctx.saved_tensors
         plan: ChunkPlan = ctx.plan
         m, d, dv = plan.m, q.shape[-1], v.shape[-1]
         qf, kf, vf = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, dv)
@@ -282,11 +281,11 @@ class ChunkAttention(torch.autograd.Function):
                 qs = qf.index_select(0, rows)
                 ks = sl.keys(kf, qs if ctx.shared_rows else None)
                 qs.mul_(plan.scale)
-                # the probabilities of the merged softmax are P·c per query slot, P = exp(s −
-                # top) as kept and c = exp(top − lse) (0 for a slot that read nothing: its top
-                # is the mask's −1e30); c goes on dO and δ, the smaller side of each product:
-                # dV = Pᵀ(c·dO), dS = P ∘ ((c·dO)Vᵀ − c·δ)
-                c = (tops[r, b0 * m : b0 * m + rows.numel()] - lse[rows]).exp_()
+                # the probabilities of the merged softmax are P·c per query slot, P the round's
+                # as kept and c = exp(lse_r − lse) (0 for a slot that read nothing: its lse_r is
+                # about the mask's −1e30); c goes on dO and δ, the smaller side of each
+                # product: dV = Pᵀ(c·dO), dS = P ∘ ((c·dO)Vᵀ − c·δ)
+                c = (lses[r, b0 * m : b0 * m + rows.numel()] - lse[rows]).exp_()
                 dos = dof.index_select(0, rows).mul_(c[:, None])
                 delta_q = delta[rows].mul_(c)
                 vs = sl.keys(vf)
@@ -324,6 +323,12 @@ class ChunkAttention(torch.autograd.Function):
                         grad[sl.positions] += src.index_select(0, inverse)
         dk_ = None if dk is None else dk.view_as(k)
         return dq.view_as(q), dk_, dvf.view_as(v), None, None
+
+
+def _softmax(scores: Tensor, out: Tensor) -> Tensor:
+    """The softmax over the last dim of ``scores`` written to ``out`` (which may be
+    ``scores``): PyTorch's fused kernel, one row at a time."""
+    return torch.ops.aten._softmax.out(scores, -1, False, out=out)
 
 
 def _row_norms(x: Tensor) -> Tensor:
