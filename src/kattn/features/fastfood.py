@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..checks import positive_int
 from ..functional.hadamard import hadamard_transform, next_power_of_two
 from .base import register_feature_map, replace_buffer
 from .spectral import SpectralFeatureMap, SpectralPRF, SpectralRKS, upcast
@@ -75,7 +74,6 @@ class FastFoodFeatures(SpectralFeatureMap):
             raise ValueError(f"learn must be one of {', '.join(LEARN)}, got {learn!r}")
         if not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
             raise ValueError(f"sigma must be a positive number, got {sigma!r}")
-        positive_int("num_features", num_features)
         self.learn = learn
         self.sigma = float(sigma)
         self.block = next_power_of_two(head_dim)
