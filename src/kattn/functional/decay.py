@@ -164,28 +164,12 @@ def decay_prefill(
     earlier steps.
     """
     fq, fk, v32, s = _prepare(phi_q, phi_k, v, k_log_scale, None)
-    b, h, length, _ = fq.shape
-    r = log_alpha.shape[-1]
-    if state.kv.shape[1] != h * r:
-        raise ValueError(
-            f"state holds {state.kv.shape[1]} rows, expected heads × terms = {h} × {r}"
-        )
+    rows, log_decay = _past_terms(fq, fk, v32, s, state, log_gamma)
     num, den, offsets, state = causal_linear_sums(
-        _repeat_terms(fq, r),
-        _repeat_terms(fk, r),
-        _repeat_terms(v32, r),
-        None if s is None else _repeat_terms(s, r),
-        state,
-        log_decay=log_gamma[:, 0].to(fq.dtype).reshape(1, h * r),
-        chunk_size=chunk_size,
-        block_size=block_size,
+        *rows, state, log_decay=log_decay, chunk_size=chunk_size, block_size=block_size
     )
     assert offsets is not None  # a given state always gives the keys log-scales
-    # each term's sums are in units of its own running offset: combine in log space
-    log_w = log_alpha[:, 0].to(fq.dtype)[None, :, :, None] + offsets.view(b, h, r, length)
-    w = torch.exp(log_w - log_w.detach().amax(dim=2, keepdim=True))[..., None]
-    num, den = ((x.view(b, h, r, length, -1) * w).sum(dim=2) for x in (num, den))
-    return (num / guard_normaliser(den, eps)).to(v.dtype), state
+    return _combine_past_terms(num, den, offsets, log_alpha, eps).to(v.dtype), state
 
 
 def decay_step(
@@ -207,22 +191,42 @@ def decay_step(
         log_alpha, log_gamma: ``(H, 2, R)``; only the past side (0) is used.
     """
     fq, fk, v32, s = _prepare(phi_q, phi_k, v, k_log_scale, None)
-    b, h = fq.shape[:2]
-    r = log_alpha.shape[-1]
+    rows, log_decay = _past_terms(fq, fk, v32, s, state, log_gamma)
+    num, den, state = causal_step_sums(*rows, state, log_decay=log_decay)
+    offsets = state.offset[..., None]  # the sums are in units of the new (decayed) offsets
+    return _combine_past_terms(num, den, offsets, log_alpha, eps).to(v.dtype), state
+
+
+def _past_terms(
+    fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, state: LinearState, log_gamma: Tensor
+) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor | None], Tensor]:
+    """The inputs of the past side's R recurrences per head (prefill and step): ``fq, fk, v,
+    s`` repeated to ``(B, H·R, ...)`` and their log-decays ``(1, H·R)``; ``ValueError`` unless
+    ``state`` (from :func:`decay_init_state`) holds H·R rows."""
+    h, r = fq.shape[1], log_gamma.shape[-1]
     if state.kv.shape[1] != h * r:
         raise ValueError(
             f"state holds {state.kv.shape[1]} rows, expected heads × terms = {h} × {r}"
         )
-    num, den, state = causal_step_sums(
+    rows = (
         _repeat_terms(fq, r),
         _repeat_terms(fk, r),
-        _repeat_terms(v32, r),
+        _repeat_terms(v, r),
         None if s is None else _repeat_terms(s, r),
-        state,
-        log_decay=log_gamma[:, 0].to(fq.dtype).reshape(1, h * r),
     )
-    # each term's sums are in units of its own (decayed) offset: combine in log space
-    log_w = log_alpha[:, 0].to(fq.dtype)[None] + state.offset.view(b, h, r)  # (B, H, R)
-    w = torch.exp(log_w - log_w.detach().amax(dim=-1, keepdim=True))[..., None, None]
-    num, den = ((x.view(b, h, r, 1, -1) * w).sum(dim=2) for x in (num, den))
-    return (num / guard_normaliser(den, eps)).to(v.dtype), state
+    return rows, log_gamma[:, 0].to(fq.dtype).reshape(1, h * r)
+
+
+def _combine_past_terms(
+    num: Tensor, den: Tensor, offsets: Tensor, log_alpha: Tensor, eps: float
+) -> Tensor:
+    """``Σ_r α_r num_r / Σ_r α_r den_r`` ``(B, H, L, Dv)`` from the past terms' sums ``num (B,
+    H·R, L, Dv)`` and ``den (B, H·R, L, 1)``, each in units of its own offset ``(B, H·R, L)``:
+    weighted in log space, shifted by the largest weight (the shift cancels)."""
+    b, rows, length = offsets.shape
+    r = log_alpha.shape[-1]
+    h = rows // r
+    log_w = log_alpha[:, 0].to(num.dtype)[None, :, :, None] + offsets.view(b, h, r, length)
+    w = torch.exp(log_w - log_w.detach().amax(dim=2, keepdim=True))[..., None]
+    num, den = ((x.view(b, h, r, length, -1) * w).sum(dim=2) for x in (num, den))
+    return num / guard_normaliser(den, eps)
