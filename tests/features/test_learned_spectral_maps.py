@@ -238,6 +238,21 @@ def test_noise_is_resampled_exactly_every_n_training_steps_and_never_in_eval(nam
         assert torch.equal(a, b)  # resampling never touches learned parameters
 
 
+def two_block_fastfood(learn: str, seed: int, **options):
+    """A FastFood-RKS map with two full blocks of 16 frequencies per head (2 heads), whose
+    noise is redrawn at every training step."""
+    return build_map(
+        "fastfood_rks",
+        head_dim=16,
+        num_heads=2,
+        num_features=32,
+        learn=learn,
+        resample_every=1,
+        generator=gen(seed),
+        **options,
+    )
+
+
 @pytest.mark.parametrize(
     "learn, redrawn",
     [
@@ -247,15 +262,7 @@ def test_noise_is_resampled_exactly_every_n_training_steps_and_never_in_eval(nam
     ],
 )
 def test_fastfood_redraws_only_what_it_does_not_learn(learn, redrawn):
-    fm = build_map(
-        "fastfood_rks",
-        head_dim=16,
-        num_heads=2,
-        num_features=32,
-        learn=learn,
-        resample_every=1,
-        generator=gen(12),
-    )
+    fm = two_block_fastfood(learn, 12)
     before = {
         n: getattr(fm, n).detach().clone() for n in ("permutation", "signs", "gaussian", "scaling")
     }
@@ -269,16 +276,7 @@ def test_fastfood_redraws_only_what_it_does_not_learn(learn, redrawn):
 def test_fastfood_rows_have_the_norms_s_over_sigma_across_redraws(learn):
     """Row i of a full block has norm s_i/σ whatever G is, so redrawing G (learn="s") keeps the
     kernel's bandwidth."""
-    fm = build_map(
-        "fastfood_rks",
-        head_dim=16,
-        num_heads=2,
-        num_features=32,
-        learn=learn,
-        sigma=2.0,
-        resample_every=1,
-        generator=gen(13),
-    )
+    fm = two_block_fastfood(learn, 13, sigma=2.0)
     for _ in range(3):
         norms = fm.frequencies().norm(dim=-1).detach()  # (H, M)
         torch.testing.assert_close(norms, fm.scaling.detach().flatten(1) / 2.0)
