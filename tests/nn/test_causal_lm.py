@@ -65,6 +65,7 @@ def test_embeddings_are_tied_by_default_and_gradients_flow():
     assert model.head.weight is model.embedding.weight
     untied = _lm("performer", tie_embeddings=False)
     assert untied.head.weight is not untied.embedding.weight
+    assert model.tie_embeddings is True and untied.tie_embeddings is False
     tokens = torch.randint(0, VOCAB, (2, 16))
     loss = torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
     loss.backward()

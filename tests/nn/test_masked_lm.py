@@ -35,6 +35,7 @@ def test_the_head_is_berts_and_tied_to_the_embedding():
 def test_an_untied_head_has_its_own_matrix():
     net = MaskedLM(50, 24, tie_embeddings=False, **SHAPE)
     assert net.head.decoder is not None
+    assert net.tie_embeddings is False and MaskedLM(50, 24, **SHAPE).tie_embeddings is True
     assert net.head.decoder.weight.data_ptr() != net.embedding.weight.data_ptr()
     assert net(torch.randint(0, 50, (2, 5))).shape == (2, 5, 50)
 

@@ -122,7 +122,6 @@ class CausalLM(nn.Module):
                 "language model needs one; see kattn list"
             )
         self.head = nn.Linear(dim, vocab_size, bias=False)
-        self.tie_embeddings = tie_embeddings
         if tie_embeddings:
             self.head.weight = self.encoder.embedding.weight
         else:
@@ -132,6 +131,11 @@ class CausalLM(nn.Module):
     def embedding(self) -> nn.Embedding:
         """The token embedding (the output head's weight when tied)."""
         return self.encoder.embedding
+
+    @property
+    def tie_embeddings(self) -> bool:
+        """The output head's weight is the token embedding matrix."""
+        return self.head.weight is self.encoder.embedding.weight
 
     @property
     def layers(self) -> nn.ModuleList:

@@ -103,7 +103,6 @@ class MaskedLM(nn.Module):
             share_rpe=share_rpe,
             **options,
         )
-        self.tie_embeddings = tie_embeddings
         self.head = MaskedLMHead(dim, vocab_size, tied=tie_embeddings)
         if self.head.decoder is not None:
             nn.init.normal_(self.head.decoder.weight, std=embedding_std)
@@ -112,6 +111,11 @@ class MaskedLM(nn.Module):
     def embedding(self) -> nn.Embedding:
         """The token embedding (the output layer's weight when tied)."""
         return self.encoder.embedding
+
+    @property
+    def tie_embeddings(self) -> bool:
+        """The output layer reuses the token embedding (the head has no matrix of its own)."""
+        return self.head.decoder is None
 
     def forward(
         self,
@@ -138,7 +142,7 @@ class MaskedLM(nn.Module):
                     f"{tuple(select.shape)} {select.dtype}"
                 )
             x = x[select]
-        return self.head(x, self.encoder.embedding.weight if self.tie_embeddings else None)
+        return self.head(x, self.encoder.embedding.weight)  # used only by a tied head
 
     def regularization_loss(self) -> Tensor:
         """Sum of the attention mechanisms' penalties (0 for most mechanisms)."""
