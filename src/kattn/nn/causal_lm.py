@@ -154,11 +154,11 @@ class CausalLM(nn.Module):
     # ---------------------------------------------------------------------------- forward
     def embed(self, tokens: Tensor, start: int = 0) -> Tensor:
         """Embeddings ``(B, L, dim)`` of tokens at positions ``start … start + L − 1``."""
-        return self.encoder.embed(_checked(tokens), start)
+        return self.encoder.embed(checked_tokens(tokens), start)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """``tokens (B, L)`` → logits ``(B, L, vocab_size)``; position i sees tokens ≤ i."""
-        return self.head(self.encoder(_checked(tokens), causal=True))
+        return self.head(self.encoder(checked_tokens(tokens), causal=True))
 
     def regularization_loss(self) -> Tensor:
         """Sum of the attention mechanisms' penalties (0 for most mechanisms)."""
@@ -211,7 +211,9 @@ class CausalLM(nn.Module):
         return generate(self, prompt, max_new_tokens, **options)
 
 
-def _checked(tokens: Tensor) -> Tensor:
+def checked_tokens(tokens: Tensor) -> Tensor:
+    """``tokens`` itself once it is a ``(B, L)`` batch of int64/int32 ids (else ValueError):
+    the input of the language models."""
     if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"tokens must be (B, L) int64/int32 ids, got {tuple(tokens.shape)} {tokens.dtype}"

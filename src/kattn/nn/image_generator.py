@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..checks import positive_int
-from .causal_lm import CausalLM, _checked
+from .causal_lm import CausalLM, checked_tokens
 from .generation import check_sampling, sample_next
 from .image_grid import IMAGE_POSITIONS, with_grid
 from .image_grid import image_size as parse_image_size
@@ -82,7 +82,7 @@ class SubPixelLM(CausalLM):
         return self.embed_dropout(x + self.channel(which).to(x.dtype))
 
     def forward(self, tokens: Tensor) -> Tensor:
-        x = self.embed(_checked(tokens))
+        x = self.embed(checked_tokens(tokens))
         for layer in self.layers:
             x = layer(x, None, causal=True)
         return self.head(self.encoder.norm(x))

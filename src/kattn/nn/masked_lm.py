@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .causal_lm import checked_tokens
 from .encoder import TransformerEncoder
 
 
@@ -130,11 +131,7 @@ class MaskedLM(nn.Module):
 
         ``key_padding_mask (B, L)`` bool marks padding (True), which no token attends to.
         """
-        if tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
-            raise ValueError(
-                f"tokens must be (B, L) int64/int32 ids, got {tuple(tokens.shape)} {tokens.dtype}"
-            )
-        x = self.encoder(tokens, key_padding_mask)
+        x = self.encoder(checked_tokens(tokens), key_padding_mask)
         if select is not None:
             if select.shape != tokens.shape or select.dtype != torch.bool:
                 raise ValueError(
