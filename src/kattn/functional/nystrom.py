@@ -121,15 +121,9 @@ def skyformer_attention(
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
     """
-    acc = accumulation_dtype(v.dtype)
     b, h, lq, d = q.shape
     scale = d**-0.25  # κ(Q/p^¼, K/p^¼): applied inside the kernels (on the landmark side)
-    xq, xk = q.to(acc), k.to(acc)
-    if key_padding_mask is not None:  # padded rows zeroed, so not even a NaN there counts
-        pad = key_padding_mask[:, None, :, None]
-        xk = xk.masked_fill(pad, 0.0)
-        if lq == k.shape[2]:  # self-attention: the same positions are padded queries
-            xq = xq.masked_fill(pad, 0.0)
+    xq, xk, vv = _skyformer_inputs(q, k, v, key_padding_mask)
     # the landmark rows of [Q; K], gathered from each without forming [Q; K]
     index = landmarks[:, None, :, None].expand(b, h, landmarks.shape[1], d)
     from_q = xq.gather(2, index.clamp(max=lq - 1))
@@ -141,12 +135,9 @@ def skyformer_attention(
     if landmark_mask is not None:
         # ignored landmarks: zero columns of C̄_{Q,S} and rows of C̄_{S,K}, and an identity
         # block of the core that touches nothing else
-        keep = landmark_mask[:, None, :, None].to(acc)  # (B, 1, S, 1)
+        keep = landmark_mask[:, None, :, None].to(xs.dtype)  # (B, 1, S, 1)
         core = core * keep * keep.transpose(-1, -2) + eye * (1 - keep)
     core = core + gamma * eye
-    vv = v.to(acc)
-    if key_padding_mask is not None:  # padded keys: zero values (their kernel rows then count
-        vv = vv.masked_fill(key_padding_mask[:, None, :, None], 0.0)  # nothing, nor get grads)
     # C̄_{S,K} V and C̄_{Q,S} W, each fused: one (L, S) kernel each is kept for backward
     summary = gaussian_product(xk, xs, vv, transpose=True, scale=scale)  # (B, H, S, Dv)
     if keep is not None:
@@ -182,15 +173,10 @@ def skyformer_attention_reference(
 
     Arguments and result as for :func:`skyformer_attention`.
     """
-    acc = accumulation_dtype(v.dtype)
-    b, h, lq, d = q.shape
+    b, h, _, d = q.shape
     scale = d**-0.25
-    xq, xk, vv = q.to(acc), k.to(acc), v.to(acc)
-    if key_padding_mask is not None:
-        pad = key_padding_mask[:, None, :, None]
-        xk, vv = xk.masked_fill(pad, 0.0), vv.masked_fill(pad, 0.0)
-        if lq == k.shape[2]:  # self-attention: padded positions are padded queries too
-            xq = xq.masked_fill(pad, 0.0)
+    xq, xk, vv = _skyformer_inputs(q, k, v, key_padding_mask)
+    acc = vv.dtype
     x = torch.cat([xq, xk], dim=2)  # [Q; K], (B, H, Lq+Lk, D)
     xs = x.gather(2, landmarks[:, None, :, None].expand(b, h, -1, d))  # (B, H, S, D)
     ok = torch.ones_like(landmarks, dtype=torch.bool) if landmark_mask is None else landmark_mask
@@ -209,6 +195,22 @@ def skyformer_attention_reference(
         inverse = d_half * iterative_pinv(pre, iterations, init=init)
         inverse = inverse * d_half.transpose(-1, -2)
     return (c_qs @ inverse @ c_sk @ vv).to(v.dtype)
+
+
+def _skyformer_inputs(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v in the accumulation dtype of v, with the padded keys and values zeroed (and, in
+    self-attention, Lq == Lk, the padded queries): not even a NaN stored there then counts,
+    and a padded key's kernel row meets a zero value, so it gets no gradient either."""
+    acc = accumulation_dtype(v.dtype)
+    xq, xk, vv = q.to(acc), k.to(acc), v.to(acc)
+    if key_padding_mask is not None:
+        pad = key_padding_mask[:, None, :, None]
+        xk, vv = xk.masked_fill(pad, 0.0), vv.masked_fill(pad, 0.0)
+        if q.shape[2] == k.shape[2]:  # the same positions are padded queries
+            xq = xq.masked_fill(pad, 0.0)
+    return xq, xk, vv
 
 
 def segment_means(x: Tensor, count: int, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
