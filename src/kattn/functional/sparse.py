@@ -76,12 +76,9 @@ def sparse_attention_reference(
             f"got shape {tuple(allowed.shape)}"
         ) from None
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    acc = accumulation_dtype(q.dtype)
     with autocast_off(q):
-        q_, k_, v_ = q.to(acc), k.to(acc), v.to(acc)
+        q_, k_, v_ = _accumulated(q, k, v, key_padding_mask)
         if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, :, None]
-            k_, v_ = k_.masked_fill(pad, 0.0), v_.masked_fill(pad, 0.0)
             allowed = allowed & ~key_padding_mask[:, None, None, :]
         logits = torch.einsum("bhid,bhjd->bhij", q_, k_) * scale
         out = _masked_softmax(logits, allowed) @ v_
@@ -188,12 +185,8 @@ def block_sparse_attention(
     idx, valid = checked_block_table(block_index, block_valid, b, h, n_q, n_k)
     mask_t = token_mask_as_tensor(token_mask, b, h, n_q, bs, idx.shape[-1])
     scale = d**-0.5 if scale is None else scale
-    acc = accumulation_dtype(q.dtype)
     with autocast_off(q):
-        q_, k_, v_ = q.to(acc), k.to(acc), v.to(acc)
-        if key_padding_mask is not None:
-            pad = key_padding_mask[:, None, :, None]
-            k_, v_ = k_.masked_fill(pad, 0.0), v_.masked_fill(pad, 0.0)
+        q_, k_, v_ = _accumulated(q, k, v, key_padding_mask)
         qb = _pad_length(q_ * scale, n_q * bs).reshape(b, h, n_q, bs, d)  # scaled once
         kb = _pad_length(k_, n_k * bs).reshape(b * h * n_k, bs, d)
         vb = _pad_length(v_, n_k * bs).reshape(b * h * n_k, bs, dv)
@@ -219,6 +212,19 @@ def block_sparse_attention(
     if return_lse:
         return out.to(q.dtype), lse.reshape(b, h, n_q * bs)[:, :, :lq]
     return out.to(q.dtype)
+
+
+def _accumulated(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """q, k, v in the accumulation dtype (fp32 for half inputs), with the padded keys and
+    values zeroed, so that not even a NaN stored there gets through 0 × NaN."""
+    acc = accumulation_dtype(q.dtype)
+    q, k, v = q.to(acc), k.to(acc), v.to(acc)
+    if key_padding_mask is not None:
+        pad = key_padding_mask[:, None, :, None]
+        k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
+    return q, k, v
 
 
 def _masked_softmax(logits: Tensor, allowed: Tensor) -> Tensor:
