@@ -7,9 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kattn.train.config import RunConfig
 from kattn.train.loop import train
 from kattn.train.metrics import iter_records
 
@@ -19,12 +22,11 @@ from .test_train_loop import listops_dir, tiny  # noqa: F401  (the fixture)
 LAUNCHER_ERRORS = ("DistNetworkError", "EADDRINUSE", "address already in use", "RendezvousError")
 
 
-@pytest.mark.slow
-def test_two_processes_match_one(listops_dir, tmp_path):  # noqa: F811
-    config = tiny(
-        "listops", listops_dir, "model.dropout=0.0", "model.attention_dropout=0.0",
-        "train.log_every=1", "train.steps=6", "train.eval_every=3",
-    )  # fmt: skip
+def train_in_one_and_two_processes(
+    config: RunConfig, tmp_path: Path
+) -> tuple[dict[str, Any], dict[str, Any], subprocess.CompletedProcess[str]]:
+    """The results of ``config`` trained in one process (run folder ``tmp_path/one``) and in
+    two under torchrun (``tmp_path/two``, gloo on CPU), and the finished launcher."""
     (tmp_path / "config.json").write_text(config.to_json())
     one = train(config, tmp_path / "one", progress=False)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -41,6 +43,16 @@ def test_two_processes_match_one(listops_dir, tmp_path):  # noqa: F811
     assert done.returncode == 0, done.stderr[-3000:]
     two = json.loads((tmp_path / "two" / "results.json").read_text())
     assert two["world_size"] == 2 and one["world_size"] == 1
+    return one, two, done
+
+
+@pytest.mark.slow
+def test_two_processes_match_one(listops_dir, tmp_path):  # noqa: F811
+    config = tiny(
+        "listops", listops_dir, "model.dropout=0.0", "model.attention_dropout=0.0",
+        "train.log_every=1", "train.steps=6", "train.eval_every=3",
+    )  # fmt: skip
+    one, two, done = train_in_one_and_two_processes(config, tmp_path)
     assert json.loads(done.stdout)["steps"] == 6  # one summary: the first process's
     assert done.stderr.count("kattn train: task listops") == 1
     losses = {

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +23,7 @@ from kattn.train.metrics import iter_records
 from kattn.train.tasks import build_lm
 
 from ..data.test_lm_data import bpe_file, write_text  # noqa: F401  (the fixture)
-from .test_train_distributed import LAUNCHER_ERRORS
+from .test_train_distributed import train_in_one_and_two_processes
 from .test_train_loop import listops_dir, tiny  # noqa: F401  (the fixture)
 
 REQUIRED = (
@@ -238,21 +235,7 @@ def test_bad_lm_flags_exit_2_with_a_message(capsys, tmp_path, argv, message):
 @pytest.mark.slow
 def test_two_processes_match_one(corpus_file, tmp_path):
     config = tiny_lm(corpus_file, "train.steps=6", "train.eval_every=3", "train.log_every=1")
-    (tmp_path / "config.json").write_text(config.to_json())
-    one = train(config, tmp_path / "one", progress=False)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-        "-m", "kattn", "train", "--config", str(tmp_path / "config.json"),
-        "--out", str(tmp_path / "two"), "--no-progress",
-    ]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    if done.returncode != 0 and any(x in done.stderr for x in LAUNCHER_ERRORS):
-        shutil.rmtree(tmp_path / "two", ignore_errors=True)
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    two = json.loads((tmp_path / "two" / "results.json").read_text())
-    assert two["world_size"] == 2
+    one, two, _ = train_in_one_and_two_processes(config, tmp_path)
     assert two["test_loss"] == pytest.approx(one["test_loss"], rel=1e-5)
     assert two["test_tokens"] == one["test_tokens"]
     losses = {
