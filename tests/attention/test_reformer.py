@@ -139,15 +139,17 @@ def test_the_reference_is_the_papers_rule_pair_by_pair(mode):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_the_chunked_path_equals_the_reference(mode, causal, split, monkeypatch):
-    """L = 61 with chunks of 4 (a partial last chunk), 3 rounds, padding with NaN and inf in
-    the padded keys and values; forward and every gradient. ``split``: one (batch, head)
-    sequence per slice and one block per group, so that slices and groups have boundaries."""
+    """L = 61 with chunks of 4 (a partial last chunk), 3 rounds, right and left padding with
+    NaN and inf in the padded keys and values; forward and every gradient. ``split``: one
+    (batch, head) sequence per slice and one block per group, so that slices and groups have
+    boundaries."""
     if split:
         monkeypatch.setattr(reformer_chunks, "_SLICE_ROWS", 1)
         monkeypatch.setattr(reformer_chunks, "_CHUNK_ELEMENTS", 1)
     shared_qk, across = MODES[mode]
-    q, k, v = qkv(2, H, 61, dv=5, requires_grad=True)
-    pad = padding_mask(2, 61, (0, 13))
+    q, k, v = qkv(3, H, 61, dv=5, requires_grad=True)
+    pad = padding_mask(3, 61, (0, 13, 0))
+    pad[2, :9] = True
     rot = _rotations(61, 4, 3)
     kw = {"bucket_size": 4, "causal": causal, "key_padding_mask": pad}
     kw |= {"shared_qk": shared_qk, "attend_across_buckets": across}
@@ -158,7 +160,8 @@ def test_the_chunked_path_equals_the_reference(mode, causal, split, monkeypatch)
     for g, g_ref in zip(grads(out, *inputs), grads(ref, *inputs), strict=True):
         assert_close(g, g_ref)
     k2, v2 = k.detach().clone(), v.detach().clone()
-    k2[1, :, 48:], v2[1, :, 48:] = float("nan"), float("inf")
+    k2[pad[:, None, :, None].expand_as(k2)] = float("nan")
+    v2[pad[:, None, :, None].expand_as(v2)] = float("inf")
     out2 = reformer_attention(q.detach(), k2, v2, rot, **kw)
     assert torch.isfinite(out2).all()
     assert_close(out2, out.detach())
