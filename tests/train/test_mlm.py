@@ -17,7 +17,7 @@ from kattn.cli import main
 from kattn.data import ByteTokenizer
 from kattn.data.mlm_vocab import mlm_vocab
 from kattn.nn import MaskedLM
-from kattn.train import apply_overrides, load_trained_model, preset
+from kattn.train import load_trained_model, preset
 from kattn.train.checkpoint import LAST
 from kattn.train.config import RunConfig
 from kattn.train.loop import Interrupted, evaluate_run, train
@@ -27,6 +27,7 @@ from kattn.train.mlm_data import CURVE, pack_sequences
 from kattn.train.validation import validate
 
 from ..data.test_lm_data import write_text
+from .test_train_loop import tiny
 
 MAX_LEN = 24
 REQUIRED = (
@@ -45,17 +46,11 @@ def corpus_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tiny_mlm(path: Path, *overrides: str) -> RunConfig:
-    config = preset("small", "mlm")
-    config.data.path = str(path)
-    config.train.device = "cpu"
-    return apply_overrides(
-        config,
-        [
-            "model.dim=16", "model.num_layers=1", "model.num_heads=2", "model.ffn_dim=32",
-            f"data.max_len={MAX_LEN}", "train.steps=12", "train.batch_size=8",
-            "train.eval_every=4", "train.log_every=4", "train.eval_batches=2",
-            "optim.warmup_steps=2", "optim.lr=3e-3", *overrides,
-        ],
+    """The tiny run of the training-loop tests on the text of ``path``, sequences of
+    ``MAX_LEN``."""
+    return tiny(
+        "mlm", path, f"data.max_len={MAX_LEN}", "train.log_every=4", "train.eval_batches=2",
+        "optim.lr=3e-3", *overrides,
     )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ import torch
 from kattn.cli import main
 from kattn.data import ByteTokenizer, HFTokenizer
 from kattn.nn import CausalLM
-from kattn.train import apply_overrides, load_trained_model, preset
+from kattn.train import load_trained_model
 from kattn.train.checkpoint import BEST, LAST, RunState
 from kattn.train.config import RunConfig
 from kattn.train.loop import Interrupted, evaluate_run, train
@@ -43,17 +43,10 @@ def corpus_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def tiny_lm(path: Path, *overrides: str) -> RunConfig:
-    config = preset("small", "lm")
-    config.data.path = str(path)
-    config.train.device = "cpu"
-    return apply_overrides(
-        config,
-        [
-            "model.dim=16", "model.num_layers=1", "model.num_heads=2", "model.ffn_dim=32",
-            f"data.block_size={BLOCK}", "train.steps=12", "train.batch_size=8",
-            "train.eval_every=4", "train.log_every=4", "train.eval_batches=2",
-            "optim.warmup_steps=2", "optim.lr=3e-3", *overrides,
-        ],
+    """The tiny run of the training-loop tests on the text of ``path``, blocks of ``BLOCK``."""
+    return tiny(
+        "lm", path, f"data.block_size={BLOCK}", "train.log_every=4", "train.eval_batches=2",
+        "optim.lr=3e-3", *overrides,
     )  # fmt: skip
 
 
