@@ -36,6 +36,11 @@ def _rotations(length: int, bucket_size: int, rounds: int, d: int = 16, seed: in
     return torch.randn(H, d, rounds, nb // 2, generator=g, dtype=torch.float64)
 
 
+def _build(**options) -> kattn.Attention:
+    """The reformer module with head dim 16 and H heads, in float64 and evaluation mode."""
+    return kattn.build("reformer", head_dim=16, num_heads=H, **options).double().eval()
+
+
 def _brute_force(q, k, v, rotations, *, m, pad, shared_qk, across):
     """The paper's rule pair by pair (the non-causal form; the causal form, a same-bucket
     sliding window, has its own pairwise test among the functional tests): per round, sort by
@@ -168,8 +173,7 @@ def test_the_chunked_path_equals_the_reference(mode, causal, split, monkeypatch)
 
 
 def test_the_module_path_equals_its_reference_and_its_rotations():
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=8, num_hashes=3)
-    attn = attn.double().eval()
+    attn = _build(bucket_size=8, num_hashes=3)
     q, k, v = qkv(2, H, 70, requires_grad=True)
     pad = padding_mask(2, 70, (3, 0))
     out = attn(q, k, v, causal=True, key_padding_mask=pad)
@@ -188,7 +192,7 @@ def test_the_module_path_equals_its_reference_and_its_rotations():
 def test_one_chunk_is_softmax_over_every_other_token():
     """L <= bucket_size: a single chunk, so each query reads every key but itself (counted
     once however many rounds hold it), the keys being the unit-normalised queries."""
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, num_hashes=4).double().eval()
+    attn = _build(num_hashes=4)
     q, k, v = qkv(1, H, 40)
     keys = q / q.norm(dim=-1, keepdim=True)
     logits = (q @ keys.transpose(-1, -2)) / 4.0
@@ -197,7 +201,7 @@ def test_one_chunk_is_softmax_over_every_other_token():
 
 
 def test_a_token_reads_itself_only_when_nothing_else_is_available():
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().eval()
+    attn = _build(bucket_size=4)
     q, k, v = qkv(1, H, 30)
     out = attn(q, k, v, causal=True)
     assert_close(out[:, :, 0], v[:, :, 0])  # the first causal token: itself only
@@ -210,15 +214,14 @@ def test_a_token_reads_itself_only_when_nothing_else_is_available():
 
 
 def test_shared_qk_does_not_read_k_and_gives_it_zero_gradient():
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=8).double().eval()
+    attn = _build(bucket_size=8)
     q, k, v = qkv(2, H, 50, requires_grad=True)
     other = qkv(2, H, 50, seed=9)[1]
     out = attn(q, k, v)
     assert_close(attn(q, other, v), out)
     (out**2).sum().backward()
     assert k.grad is not None and torch.equal(k.grad, torch.zeros_like(k))
-    separate = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=8, shared_qk=False)
-    separate = separate.double().eval()
+    separate = _build(bucket_size=8, shared_qk=False)
     assert not torch.allclose(separate(q, k, v), separate(q, other, v))
 
 
@@ -227,8 +230,7 @@ def test_causal_outputs_never_read_later_keys_or_values(shared_qk):
     """Later queries, keys and values redrawn (their buckets too, over 11 chunks): earlier
     outputs stay the same, the causal form's keys being the most recent earlier ones of
     the query's bucket."""
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4, shared_qk=shared_qk)
-    attn = attn.double().eval()
+    attn = _build(bucket_size=4, shared_qk=shared_qk)
     q, k, v = qkv(2, H, 45)
     out = attn(q, k, v, causal=True)
     cut = 20
@@ -252,19 +254,7 @@ def test_an_example_alone_equals_it_right_padded_in_a_longer_batch(shared_qk, ca
     real tokens' sorted order and chunks are those of the example alone: example 0 (37
     tokens) alone equals it padded to 53 (NaN in its padded keys and values) beside a
     53-token example, 3 rounds and chunks of 4 (partial last chunks)."""
-    attn = (
-        kattn.build(
-            "reformer",
-            head_dim=16,
-            num_heads=H,
-            bucket_size=4,
-            num_hashes=3,
-            shared_qk=shared_qk,
-            **FIXED[fixed],
-        )
-        .double()
-        .eval()
-    )
+    attn = _build(bucket_size=4, num_hashes=3, shared_qk=shared_qk, **FIXED[fixed])
     q, k, v = qkv(2, H, 53)
     pad = padding_mask(2, 53, (16, 0))
     k, v = k.clone(), v.clone()
@@ -274,8 +264,7 @@ def test_an_example_alone_equals_it_right_padded_in_a_longer_batch(shared_qk, ca
     assert torch.isfinite(batch).all()
     assert_close(batch[:1, :, :37], alone)
     assert_close(attn.reference(q, k, v, causal=causal, key_padding_mask=pad), batch)
-    free = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4, num_hashes=3)
-    free = free.double().eval()  # nb from each call's L: the documented dependence
+    free = _build(bucket_size=4, num_hashes=3)  # nb from each call's L: the documented dependence
     assert free.buckets(37) != free.buckets(53)
 
 
@@ -284,19 +273,7 @@ def test_a_causal_prefix_run_equals_the_full_run_on_the_prefix(shared_qk):
     """max_len fixes nb, so the first 29 tokens run alone give the outputs of the full
     61-token run at those positions (chunks of 4, 3 rounds): no later token moves a bucket,
     a chunk or a window."""
-    attn = (
-        kattn.build(
-            "reformer",
-            head_dim=16,
-            num_heads=H,
-            bucket_size=4,
-            num_hashes=3,
-            shared_qk=shared_qk,
-            max_len=64,
-        )
-        .double()
-        .eval()
-    )
+    attn = _build(bucket_size=4, num_hashes=3, shared_qk=shared_qk, max_len=64)
     q, k, v = qkv(2, H, 61)
     full = attn(q, k, v, causal=True)
     prefix = attn(q[:, :, :29], k[:, :, :29], v[:, :, :29], causal=True)
@@ -306,8 +283,7 @@ def test_a_causal_prefix_run_equals_the_full_run_on_the_prefix(shared_qk):
 def test_padded_positions_count_nowhere_even_as_queries_in_the_sort():
     """Padded queries and keys changed at will (new buckets included): the real outputs
     are the same, since padded positions are sorted after the real ones."""
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4, shared_qk=False)
-    attn = attn.double().eval()
+    attn = _build(bucket_size=4, shared_qk=False)
     q, k, v = qkv(2, H, 37)
     pad = padding_mask(2, 37, (6, 11))
     out = attn(q, k, v, key_padding_mask=pad)
@@ -325,7 +301,7 @@ def test_padded_positions_count_nowhere_even_as_queries_in_the_sort():
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_a_fully_padded_sequence_gives_zeros_and_finite_gradients(causal):
-    attn = kattn.build("reformer", head_dim=16, num_heads=H, bucket_size=4).double().eval()
+    attn = _build(bucket_size=4)
     q, k, v = qkv(2, H, 21, requires_grad=True)
     pad = padding_mask(2, 21, (0, 21))
     out = attn(q, k, v, causal=causal, key_padding_mask=pad)
