@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,8 +18,14 @@ from kattn.cli import main
 from kattn.train import apply_overrides, load_trained_model, preset
 from kattn.train.checkpoint import BEST, load_checkpoint
 from kattn.train.config import RunConfig
-from kattn.train.finetune import adopt_start, check_start, start_encoder_state
+from kattn.train.finetune import (
+    TextClassification,
+    adopt_start,
+    check_start,
+    start_encoder_state,
+)
 from kattn.train.loop import train
+from kattn.train.objective_base import ClassAccuracy
 from kattn.train.objectives import build_objective, objective_class
 from kattn.train.validation import validate
 
@@ -127,6 +134,21 @@ def test_stsb_regression_from_scratch(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
     assert saved["baseline_test_metrics"]["pearson"] is None
     assert results["majority_baseline"] is None
+
+
+@pytest.mark.parametrize("regression", [False, True], ids=["classes", "regression"])
+def test_text_tasks_count_and_score_as_the_class_accuracy(regression: bool) -> None:
+    """The text tasks use the classifiers' ClassAccuracy counts and metrics; regression
+    counts nothing correct and reports no accuracy."""
+    objective = object.__new__(TextClassification)  # counts and metrics read only the data
+    objective.data = SimpleNamespace(regression=regression)
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 1.0]], dtype=torch.float64)
+    batch = {"labels": torch.tensor([0, 0, 0])}
+    assert isinstance(objective, ClassAccuracy)
+    assert objective.counts(logits, batch) == ((0, 3) if regression else (2, 3))
+    metrics = objective.metrics([1.5, 2.0, 3.0], "valid")
+    assert metrics.pop("accuracy", None) == (None if regression else 2 / 3)
+    assert metrics == {"loss": 0.5, "examples": 3}
 
 
 def test_mnli_reports_both_dev_sets_from_the_command_line(

@@ -44,7 +44,7 @@ from .finetune_start import (
 from .glue_metrics import accuracy, baseline_predictions, task_metrics
 from .mlm import build_masked_lm
 from .mlm_data import mlm_max_len
-from .objective_base import Objective, shuffled_index
+from .objective_base import ClassAccuracy, Objective, shuffled_index
 from .tasks import run_tokenizer
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ __all__ = ["ENCODER_FIELDS", "FineTuning", "FineTuningHF", "TextClassification",
            "text_classifier"]  # fmt: skip
 
 
-class TextClassification(Objective[TextTaskData]):
+class TextClassification(ClassAccuracy, Objective[TextTaskData]):
     """A text classifier (or regressor) trained from scratch; see the module docstring."""
 
     task = "text-classification"
@@ -137,16 +137,16 @@ class TextClassification(Objective[TextTaskData]):
         return F.cross_entropy(logits.float(), batch["labels"], reduction=reduction)
 
     def counts(self, logits: Tensor, batch: dict[str, Tensor]) -> tuple[int, int]:
-        labels = batch["labels"]
+        """:class:`ClassAccuracy`'s counts; no correct ones for regression."""
         if self.data.regression:
-            return 0, len(labels)
-        return int((logits.argmax(-1) == labels).sum().item()), len(labels)
+            return 0, len(batch["labels"])
+        return super().counts(logits, batch)
 
     def metrics(self, sums: list[float], split: str) -> dict[str, float]:
-        loss, correct, n = sums
-        values = {"loss": loss / max(n, 1), "examples": int(n)}
-        if not self.data.regression:
-            values["accuracy"] = correct / max(n, 1)
+        """:class:`ClassAccuracy`'s metrics, without accuracy for regression."""
+        values = super().metrics(sums, split)
+        if self.data.regression:
+            del values["accuracy"]
         return values
 
     def predictions(self, model: nn.Module, split: str, device: torch.device) -> Tensor:
