@@ -95,6 +95,13 @@ def test_values_out_of_range_are_refused_naming_the_key(override, match):
         validate(apply_overrides(RunConfig(), [override]))
 
 
+@pytest.mark.parametrize("task", ["translation", "image-classification", "lm"])
+def test_label_smoothing_is_range_checked_once_for_every_task(task):
+    """One check for the two tasks that read it; the others refuse it after the range."""
+    with pytest.raises(ValueError, match=r"optim\.label_smoothing must be in \[0, 1\), got 1\.0"):
+        validate(apply_overrides(preset("small", task), ["optim.label_smoothing=1.0"]))
+
+
 def test_clipping_is_turned_off_by_null_and_off_is_not_a_number():
     config = apply_overrides(
         RunConfig(), ["optim.grad_clip_value=null", "optim.grad_clip_norm=null"]

@@ -40,7 +40,7 @@ class ImageClassification(ClassAccuracy, ImageTask):
                "data.mixup", "data.cutmix", "model.patch_size", "model.drop_path",
                "optim.label_smoothing")  # fmt: skip
         check_image_fields(config, own)
-        data, optim = config.data, config.optim
+        data = config.data
         if not 0.0 < data.crop_scale <= 1.0:
             raise ValueError(f"data.crop_scale must be in (0, 1], got {data.crop_scale}")
         if data.mixup < 0 or data.cutmix < 0:
@@ -49,10 +49,6 @@ class ImageClassification(ClassAccuracy, ImageTask):
                 f"{data.mixup} and {data.cutmix}"
             )
         _randaugment(data.randaugment)
-        if not 0.0 <= optim.label_smoothing < 1.0:
-            raise ValueError(
-                f"optim.label_smoothing must be in [0, 1), got {optim.label_smoothing}"
-            )
         if config.model.pooling not in ("mean", "cls"):
             raise ValueError(
                 f"model.pooling must be mean (global average pooling) or cls for images, got "

@@ -138,10 +138,6 @@ class Translation(Objective[TranslationData]):
     def check_data_fields(config: RunConfig) -> None:
         refuse_unread_data_fields(config, ("block_size", "truncate"))
         refuse_image_fields(config)
-        if not 0.0 <= config.optim.label_smoothing < 1.0:
-            raise ValueError(
-                f"optim.label_smoothing must be in [0, 1), got {config.optim.label_smoothing}"
-            )
         loop = config.train
         if loop.beam_size < 1 or loop.max_len_b < 0 or loop.max_len_a < 0:
             raise ValueError(

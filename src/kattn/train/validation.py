@@ -100,6 +100,7 @@ def _check_ranges(config: RunConfig) -> None:
         "optim.beta2": optim.beta2,
         "model.dropout": model.dropout,
         "model.attention_dropout": model.attention_dropout,
+        "optim.label_smoothing": optim.label_smoothing,  # read by translation and images
     }
     for key, value in unit.items():
         if not 0.0 <= value < 1.0:
