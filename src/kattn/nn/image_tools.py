@@ -86,6 +86,7 @@ def _position_counts(
         images.split(HISTOGRAM_CHUNK) if isinstance(images, Tensor) else images
     )
     counts: Tensor | None = None
+    offsets: Tensor | None = None
     seen: tuple[int, ...] | None = None
     total = 0
     for chunk in chunks:
@@ -96,15 +97,16 @@ def _position_counts(
                 raise ValueError(
                     f"train and test images must share (C, H, W), got {shape} and {seen}"
                 )
-            counts = torch.zeros(math.prod(seen) * LEVELS, dtype=torch.int64)
+            positions = math.prod(seen)
+            counts = torch.zeros(positions * LEVELS, dtype=torch.int64)
+            offsets = torch.arange(positions) * LEVELS  # one block of 256 per position
         elif tuple(chunk.shape[1:]) != seen:
             raise ValueError(
                 f"the chunks of {name} must share (C, H, W), got {seen} and "
                 f"{tuple(chunk.shape[1:])}"
             )
-        assert counts is not None
+        assert counts is not None and offsets is not None
         values = chunk.flatten(1).cpu().long()  # (n, C·H·W), this chunk only
-        offsets = torch.arange(values.shape[1]) * LEVELS  # one block of 256 per position
         counts += torch.bincount((values + offsets).flatten(), minlength=counts.numel())
         total += chunk.shape[0]
     if counts is None or seen is None or total == 0:
