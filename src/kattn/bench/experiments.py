@@ -66,11 +66,17 @@ def write_study(
     out: Path,
     stem: str,
     rows: Sequence[Any],
-    markdown: str,
-    plot: Callable[..., Path | None],
+    *,
+    title: str,
     caption: str,
+    table: str,
+    plot: Callable[..., Path | None],
 ) -> StudyOutput:
-    """``<stem>.csv``, ``.json`` (benchmark, machine, caption, rows), ``.md`` and ``.png``."""
+    """``<stem>.csv``, ``.json`` (benchmark, machine, caption, rows), ``.md`` (``title``, the
+    caption and ``table``) and ``.png``; the caption is ``caption`` followed by the versions of
+    kattn and torch that measured it."""
+    caption = f"{caption} {_versions()}"
+    markdown = f"# {title}\n\n{caption}.\n\n{table}"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.csv").write_text(rows_to_csv(list(rows)))
     report = {
@@ -126,10 +132,11 @@ def run_norm_sweep(
                            variants=(known[name],), sampling=sampling)  # fmt: skip
     caption = (
         f"d={dim}, {keys} keys, one query, unit sphere × R; W {_SAMPLED[sampling]}; "
-        f"mean over {seeds} seeds (bars: standard error of the mean). {_versions()}"
+        f"mean over {seeds} seeds (bars: standard error of the mean)."
     )
-    markdown = f"# Norm sweep (Luo et al. 2021, Fig. 1b)\n\n{caption}.\n\n{rows_to_markdown(rows)}"
-    return write_study(out, "norm-sweep", rows, markdown, plot_norm_sweep, caption)
+    title = "Norm sweep (Luo et al. 2021, Fig. 1b)"
+    return write_study(out, "norm-sweep", rows, title=title, caption=caption,
+                       table=rows_to_markdown(rows), plot=plot_norm_sweep)  # fmt: skip
 
 
 def run_spectral(
@@ -159,11 +166,11 @@ def run_spectral(
     )
     caption = (
         f"D=Dv={dim}, q, k, v entries N(0, {input_std:.3g}²); mean over {heads} "
-        f"heads × {seeds} seeds (bars: standard error). {_versions()}"
+        f"heads × {seeds} seeds (bars: standard error)."
     )
-    title = "# Spectral-norm approximation error (Chen et al. 2021 §4.5, Fig. 1)"
-    markdown = f"{title}\n\n{caption}.\n\n{spectral_markdown(rows)}"
-    return write_study(out, "spectral", rows, markdown, plot_spectral, caption)
+    title = "Spectral-norm approximation error (Chen et al. 2021 §4.5, Fig. 1)"
+    return write_study(out, "spectral", rows, title=title, caption=caption,
+                       table=spectral_markdown(rows), plot=plot_spectral)  # fmt: skip
 
 
 def run_kernel(
@@ -194,11 +201,11 @@ def run_kernel(
     caption = (
         f"D={dim}, {keys} queries × {keys} keys with N(0, {input_std:.3g}²) "
         f"entries, kernels at the softmax scale q·k/√D; mean over {seeds} seeds (bars: "
-        f"standard error), a fresh draw of inputs and features per seed. {_versions()}"
+        "standard error), a fresh draw of inputs and features per seed."
     )
-    title = "# Random-feature maps against their exact kernels"
-    markdown = f"{title}\n\n{caption}.\n\n{kernel_markdown(rows)}"
-    return write_study(out, "kernel", rows, markdown, plot_kernel, caption)
+    title = "Random-feature maps against their exact kernels"
+    return write_study(out, "kernel", rows, title=title, caption=caption,
+                       table=kernel_markdown(rows), plot=plot_kernel)  # fmt: skip
 
 
 def run_mechanisms(
@@ -221,12 +228,11 @@ def run_mechanisms(
     caption = (
         f"D=Dv={dim}, q, k entries N(0, {input_std:.3g}²), v N(0, 1); registered "
         f"defaults, eval(); mean over {heads} heads × {seeds} seeds (bars: standard "
-        f"error). Dashed: no exact counterpart, compared with softmax for information. "
-        f"{_versions()}"
+        "error). Dashed: no exact counterpart, compared with softmax for information."
     )
-    title = "# Approximate mechanisms against their exact counterparts"
-    markdown = f"{title}\n\n{caption}.\n\n{mechanism_markdown(rows)}"
-    return write_study(out, "mechanisms", rows, markdown, plot_mechanisms, caption)
+    title = "Approximate mechanisms against their exact counterparts"
+    return write_study(out, "mechanisms", rows, title=title, caption=caption,
+                       table=mechanism_markdown(rows), plot=plot_mechanisms)  # fmt: skip
 
 
 def run_stability(
@@ -253,8 +259,8 @@ def run_stability(
                            progress=progress)  # fmt: skip
     caption = (
         f"2 pre-LN layers, width 64, 2 heads, MLP 128; batch {batch} × {length} "
-        f"synthetic tokens; AdamW lr {lr:g}; {steps} steps, {seeds} seed(s). {_versions()}"
+        f"synthetic tokens; AdamW lr {lr:g}; {steps} steps, {seeds} seed(s)."
     )
-    title = "# Instability score (Chen et al. 2021, Appendix F, Table 3)"
-    markdown = f"{title}\n\n{caption}.\n\n{stability_markdown(rows)}"
-    return write_study(out, "stability", rows, markdown, plot_stability, caption)
+    title = "Instability score (Chen et al. 2021, Appendix F, Table 3)"
+    return write_study(out, "stability", rows, title=title, caption=caption,
+                       table=stability_markdown(rows), plot=plot_stability)  # fmt: skip
