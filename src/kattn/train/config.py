@@ -1,12 +1,31 @@
-"""Typed configuration of a training run, the papers' presets, and dotted overrides.
+"""Typed configuration of a training run: the sections of a :class:`RunConfig`, the tasks,
+and a saved config read back.
 
-A run is a :class:`RunConfig` of five parts (``model``, ``attention``, ``data``, ``optim``,
-``train``). Tasks are the five LRA classification tasks, ``lm`` (causal language modelling),
-``mlm`` (masked language modelling, BERT's pre-training) and ``translation`` (an
-encoder–decoder on sentence pairs).
-Presets give the papers' settings per task; ``--set model.num_layers=4`` style
-overrides change single fields, parsed to the field's type; unknown keys are refused with the
-valid ones listed. The resolved config is what a run saves as ``config.json``.
+A run is a :class:`RunConfig` of five sections: ``model`` (:class:`ModelConfig`, the network),
+``attention`` (:class:`AttentionConfig`, the mechanism and its options; for ``translation``
+also the decoder's and the cross-attention's), ``data`` (:class:`DataConfig`, the task and its
+data), ``optim`` (:class:`OptimConfig`: AdamW, the schedule, mixed precision, clipping, label
+smoothing) and ``train`` (:class:`LoopConfig`: steps, batches, evaluation, checkpoints,
+translation's decoding). ``data.task`` is one of :data:`TASKS`:
+
+* the five classification tasks of the Long Range Arena (:data:`CLASSIFICATION_TASKS`:
+  ``listops``, ``text``, ``retrieval``, ``image``, ``pathfinder``);
+* ``lm`` (causal language modelling) and ``mlm`` (masked language modelling, BERT's
+  pre-training);
+* ``translation`` (an encoder–decoder on sentence pairs, scored by BLEU at the end);
+* the image tasks (:data:`IMAGE_TASKS`): ``image-classification`` (a Vision Transformer) and
+  ``image-generation`` (each sub-pixel given those before it, in bits/dim);
+* the text tasks (:data:`TEXT_TASKS`): ``text-classification`` (a classifier trained from
+  scratch) and ``finetune`` (started from an ``mlm`` run's encoder or a local Hugging Face
+  checkpoint).
+
+Each section's docstring says which tasks read which fields; a field set for a task that does
+not read it is refused (:mod:`kattn.train.field_checks`) and values out of range are refused
+by :mod:`kattn.train.validation`. The dataclass defaults are Skyformer's; the papers' settings
+per task are in :mod:`kattn.train.presets`, and :mod:`kattn.train.overrides` applies one and
+``section.field=value`` overrides, each value parsed to its field's type by
+:func:`coerce_value`. The resolved config is what a run saves as ``config.json``;
+:func:`load_config` reads it back, refusing unknown keys and wrong types by name.
 """
 
 from __future__ import annotations
