@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..checks import positive_int_or_none
 from .base import DataFormatError
 from .image_embedded import embedded_images, embedded_source
 from .images_cifar import CifarArrays, cifar10_folder, cifar100_folder, read_cifar10, read_cifar100
@@ -35,7 +36,6 @@ from .images_splits import (
     ImageData,
     ImageSplit,
     TensorImageSplit,
-    check_image_size,
     resize_images,
     split_sizes,
 )
@@ -90,7 +90,7 @@ def load_images(
             message names it).
         ImportError: an image folder needs Pillow (``pip install 'kattn[vision]'``).
     """
-    check_image_size(image_size)
+    positive_int_or_none("image_size", image_size)
     if path is None:
         embedded = embedded_images()
         data = _cifar_data(read_cifar10(embedded), "embedded-shapes (cifar10-python)", image_size)

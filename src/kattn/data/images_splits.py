@@ -16,8 +16,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..checks import positive_int_or_none
-
 #: the most train images a seeded hold-out gives to valid (downsampled ImageNet, image folders).
 HOLDOUT = 10_000
 #: the share of train a hold-out takes when that is fewer than :data:`HOLDOUT` images.
@@ -140,11 +138,6 @@ class ImageData:
     channels: int
     size: tuple[int, int]
     source: dict[str, Any] = field(default_factory=dict)
-
-
-def check_image_size(image_size: int | None) -> None:
-    """Raise unless ``image_size`` is None or a positive int."""
-    positive_int_or_none("image_size", image_size)
 
 
 def holdout_size(n: int) -> int:
