@@ -26,13 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import kattn
-from kattn.bench import (
-    interleaved_rounds,
-    machine_info,
-    peak_memory_bytes,
-    results_stem,
-    write_results,
-)
+from kattn.bench import interleaved_rounds, machine_info, peak_memory_bytes
 from kattn.functional import linear_attention_cumsum, linear_attention_reference
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,6 +74,8 @@ def check_correctness(attn: kattn.Attention) -> dict[str, float]:
 
 
 def main() -> None:
+    from kattn.bench.script_results import write_run  # see render()
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--length", type=int, default=16384)
     parser.add_argument("--memory-lengths", default="1024,2048,4096,8192,16384")
@@ -125,9 +121,8 @@ def main() -> None:
                 flush=True,
             )
 
-    info = machine_info()
     report = {
-        "machine": info,
+        "machine": machine_info(),
         "config": {
             "batch": 1,
             "heads": 1,
@@ -150,17 +145,19 @@ def main() -> None:
         "targets": TARGETS,
         "peak_memory_bytes": memory,
     }
-    stem = results_stem("foundation", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "foundation", report, render(report), quick=args.quick)
 
 
 def render(report: dict) -> str:
+    # imported here, not above: before_after.py imports this module's inputs and candidates
+    # under older versions of kattn, which may not have it
+    from kattn.bench.script_results import machine_line
+
     info, cfg = report["machine"], report["config"]
     lines = [
         "# Foundation benchmark: kernelized vs softmax attention on the CPU",
         "",
-        f"{info['processor']}, {info['torch_threads']} threads; torch {info['torch']}, "
-        f"kattn {info['kattn']}, Python {info['python']}.",
+        machine_line(info),
         f"B=1, H=1, D=Dv=64, M=64, fp32, forward, L={cfg['length']}; chunk {cfg['chunk_size']}, "
         f"block {cfg['block_size']}. Median of the medians of {cfg['rounds']} interleaved "
         "rounds (timed calls per round in the last column).",

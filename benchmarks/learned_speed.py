@@ -25,13 +25,8 @@ from pathlib import Path
 import torch
 
 import kattn
-from kattn.bench import (
-    interleaved_rounds,
-    machine_info,
-    peak_memory_bytes,
-    results_stem,
-    write_results,
-)
+from kattn.bench import interleaved_rounds, machine_info, peak_memory_bytes
+from kattn.bench.script_results import machine_line, write_run
 from kattn.functional import linear_attention_reference
 from kattn.functional.simpletron import simpletron_attention_reference
 
@@ -128,9 +123,8 @@ def main() -> None:
             name: attn.feature_map.num_features if hasattr(attn, "feature_map") else D
             for name, attn in modules.items()
         }
-    info = machine_info()
     report = {
-        "machine": info,
+        "machine": machine_info(),
         "config": {
             "batch": B,
             "heads": H,
@@ -147,8 +141,7 @@ def main() -> None:
         "peak_memory_bytes": memory,
         "target": {"length": TARGET_LENGTH, "each_faster_than": "softmax"},
     }
-    stem = results_stem("learned", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "learned", report, render(report), quick=args.quick)
 
 
 def render(report: dict) -> str:
@@ -156,8 +149,7 @@ def render(report: dict) -> str:
     lines = [
         "# Learned kernels and SimpleTRON against softmax attention on the CPU",
         "",
-        f"{info['processor']}, {info['torch_threads']} threads; torch {info['torch']}, "
-        f"kattn {info['kattn']}, Python {info['python']}.",
+        machine_line(info),
         f"B={cfg['batch']}, H={cfg['heads']}, D=Dv={cfg['head_dim']}, fp32, {cfg['pass']}. "
         f"Medians of {cfg['rounds']} interleaved rounds (per-round speed-up range in brackets); "
         "peak memory of tracked tensor allocations during one call. `softmax` is PyTorch's "

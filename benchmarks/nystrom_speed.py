@@ -27,13 +27,8 @@ from pathlib import Path
 import torch
 
 import kattn
-from kattn.bench import (
-    interleaved_rounds,
-    machine_info,
-    peak_memory_bytes,
-    results_stem,
-    write_results,
-)
+from kattn.bench import interleaved_rounds, machine_info, peak_memory_bytes
+from kattn.bench.script_results import machine_line, write_run
 from kattn.functional.nystrom import nystromformer_attention_reference
 from kattn.functional.softmax import softmax_attention_reference
 
@@ -142,9 +137,8 @@ def main() -> None:
         timed = interleaved_rounds(fns, rounds=args.rounds, seconds=args.seconds)
         seconds[length], round_seconds[length] = timed.seconds, timed.round_seconds
         memory[length] = {name: peak_memory_bytes(fn) for name, fn in fns.items()}
-    info = machine_info()
     report = {
-        "machine": info,
+        "machine": machine_info(),
         "config": {
             "batch": B,
             "heads": H,
@@ -167,8 +161,7 @@ def main() -> None:
             "memory_ratio_at_most": TARGET_MEMORY,
         },
     }
-    stem = results_stem("nystrom", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "nystrom", report, render(report), quick=args.quick)
 
 
 def render(report: dict) -> str:
@@ -176,8 +169,7 @@ def render(report: dict) -> str:
     lines = [
         "# The Nyström family against softmax attention on the CPU",
         "",
-        f"{info['processor']}, {info['torch_threads']} threads; torch {info['torch']}, "
-        f"kattn {info['kattn']}, Python {info['python']}.",
+        machine_line(info),
         f"B={cfg['batch']}, H={cfg['heads']}, D=Dv={cfg['head_dim']}, {cfg['landmarks']} "
         "landmarks / projected length / features, fp32, forward + backward in training mode. "
         f"Medians of {cfg['rounds']} interleaved rounds; peak memory of tracked tensor "

@@ -27,7 +27,8 @@ from pathlib import Path
 import torch
 
 import kattn
-from kattn.bench import interleaved_rounds, machine_info, results_stem, write_results
+from kattn.bench import interleaved_rounds, machine_info
+from kattn.bench.script_results import machine_line, write_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 D, M = 64, 32
@@ -160,9 +161,8 @@ def main() -> None:
     first, last = sorted(decode["decay"])
     ratios["decode: decay step at L / at 128"] = decode["decay"][last] / decode["decay"][first]
     crossover = next((n for n in lengths if sweep[n]["fft"] < sweep[n]["dense"]), None)
-    info = machine_info()
     report = {
-        "machine": info,
+        "machine": machine_info(),
         "config": {
             "batch": 1,
             "heads": 1,
@@ -186,8 +186,7 @@ def main() -> None:
         "decode_seconds_per_token": decode,
         "targets": TARGETS,
     }
-    stem = results_stem("rpe", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "rpe", report, render(report), quick=args.quick)
 
 
 def render(report: dict) -> str:
@@ -196,8 +195,7 @@ def render(report: dict) -> str:
     lines = [
         "# Relative positional encodings: FFT, banded and decay paths on the CPU",
         "",
-        f"{info['processor']}, {info['torch_threads']} threads; torch {info['torch']}, "
-        f"kattn {info['kattn']}, Python {info['python']}.",
+        machine_line(info),
         f"B=1, H=1, D=Dv={cfg['head_dim']}, M={cfg['features']} PRF features, fp32, forward. "
         "Medians of interleaved rounds. `bucketed` (32 buckets, max_distance 128) is constant "
         f"beyond offsets −{left} and +{right}, its band.",

@@ -41,7 +41,8 @@ import torch
 import torch.nn.functional as F
 
 import kattn
-from kattn.bench import machine_info, measure_time, peak_memory_bytes, results_stem, write_results
+from kattn.bench import machine_info, measure_time, peak_memory_bytes
+from kattn.bench.script_results import write_run
 from kattn.functional.softmax import softmax_attention_reference
 from kattn.registry import MECHANISMS
 from sparse_speed_decode import measure_decoding, side_by_side
@@ -328,8 +329,7 @@ def main() -> None:
     report["side_by_side_version"] = side_version
     report["notes"] = notes
     report["targets"] = targets(report)
-    stem = results_stem("sparse", report["machine"]) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "sparse", report, render(report), quick=args.quick)
 
 
 if __name__ == "__main__":
