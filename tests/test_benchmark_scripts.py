@@ -22,33 +22,48 @@ def run_quick(script: str, out: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def quick_results(script: str, stem: str, out: Path) -> tuple[dict, str]:
+    """:func:`run_quick`, then the report and the markdown of the one ``<stem>-*-quick.json``
+    and ``.md`` it wrote."""
+    run_quick(script, out)
+    (js,) = out.glob(f"{stem}-*-quick.json")
+    (md,) = out.glob(f"{stem}-*-quick.md")
+    return json.loads(js.read_text()), md.read_text()
+
+
+def test_foundation_speed_quick_run_writes_results(tmp_path):
+    report, text = quick_results("foundation_speed.py", "foundation", tmp_path)
+    assert set(report["ratios"]) == set(report["targets"]) == set(report["round_ratios"])
+    assert max(report["correctness"].values()) < 1e-4
+    assert set(report["peak_memory_bytes"]) == {"512", "1024", "2048"}
+    assert "| performer causal |" in text and "threads; torch" in text
+
+
+def test_rpe_speed_quick_run_writes_results(tmp_path):
+    report, text = quick_results("rpe_speed.py", "rpe", tmp_path)
+    assert set(report["sweep_seconds"]) == {"256", "1024", "2048"}
+    assert set(report["ratios"]) == set(report["targets"])
+    assert max(report["correctness_max_abs_error"].values()) < 1e-4
+    assert "## At L = 2048" in text and "threads; torch" in text
+
+
 def test_nystrom_speed_quick_run_writes_results(tmp_path):
-    run_quick("nystrom_speed.py", tmp_path)
-    (md,) = tmp_path.glob("nystrom-*-quick.md")
-    (js,) = tmp_path.glob("nystrom-*-quick.json")
-    report = json.loads(js.read_text())
+    report, text = quick_results("nystrom_speed.py", "nystrom", tmp_path)
     assert set(report["seconds"]) == {"256", "512"}
     assert report["correctness"]["skyformer"] < 1e-3
-    text = md.read_text()
     assert "| 512 | skyformer |" in text and "Peak memory (MiB)" in text
 
 
 def test_learned_speed_quick_run_writes_results(tmp_path):
-    run_quick("learned_speed.py", tmp_path)
-    (md,) = tmp_path.glob("learned-*-quick.md")
-    (js,) = tmp_path.glob("learned-*-quick.json")
-    report = json.loads(js.read_text())
+    report, text = quick_results("learned_speed.py", "learned", tmp_path)
     names = set(report["seconds"]["512"])
     assert {"softmax", "gmm_rks", "fastfood_prf", "ffk_vae", "simpletron"} <= names
     assert max(report["correctness"].values()) < 1e-6
-    assert "| `fastfood_prf` | 64 |" in md.read_text()
+    assert "| `fastfood_prf` | 64 |" in text
 
 
 def test_lm_speed_quick_run_writes_results(tmp_path):
-    run_quick("lm_speed.py", tmp_path)
-    (md,) = tmp_path.glob("lm-*-quick.md")
-    (js,) = tmp_path.glob("lm-*-quick.json")
-    report = json.loads(js.read_text())
+    report, text = quick_results("lm_speed.py", "lm", tmp_path)
     assert {(r["context"], r["mechanism"]) for r in report["decode"]} >= {
         (256, "softmax"),
         (256, "nprf_rpe decay M=64"),
@@ -59,20 +74,17 @@ def test_lm_speed_quick_run_writes_results(tmp_path):
     assert {r["block"] for r in report["train"]} == {256, 512}
     assert {r["batch"] for r in report["train"]} == {4, 2}
     assert len(report["targets"]) == 4
-    text = md.read_text()
     assert "| 512 | 2 | no attention (ceiling) |" in text and "## Targets" in text
 
 
 def test_rpe_blocked_speed_quick_run_writes_results(tmp_path):
-    run_quick("rpe_blocked_speed.py", tmp_path)
-    (md,) = tmp_path.glob("rpe-blocked-*-quick.md")
-    (js,) = tmp_path.glob("rpe-blocked-*-quick.json")
-    rows = json.loads(js.read_text())["rows"]
+    report, text = quick_results("rpe_blocked_speed.py", "rpe-blocked", tmp_path)
+    rows = report["rows"]
     assert {(r["length"], r["mode"]) for r in rows} == {
         (n, mode) for n in (128, 256) for mode in ("forward", "forward causal", "train causal")
     }
     assert all(r["blocked_seconds"] > 0 and r["fft_seconds"] > 0 for r in rows)
-    assert "| 16 | 256 | train causal |" in md.read_text()
+    assert "| 16 | 256 | train causal |" in text
 
 
 def test_before_after_quick_run_compares_two_versions(tmp_path):
@@ -151,10 +163,7 @@ def test_sparse_targets_read_speedups_bound_and_decoding():
 
 
 def test_sparse_speed_quick_run_writes_results(tmp_path):
-    run_quick("sparse_speed.py", tmp_path)
-    (md,) = tmp_path.glob("sparse-*-quick.md")
-    (js,) = tmp_path.glob("sparse-*-quick.json")
-    report = json.loads(js.read_text())
+    report, text = quick_results("sparse_speed.py", "sparse", tmp_path)
     assert set(report["forward_seconds"]) == set(report["train_seconds"]) == {"256", "512"}
     assert {"sdpa", "local"} <= set(report["forward_seconds"]["512"])
     assert max(report["correctness"].values()) < 1e-4
@@ -162,24 +171,18 @@ def test_sparse_speed_quick_run_writes_results(tmp_path):
     assert {(r["mechanism"], r["context"]) for r in report["decode"]} == {
         (m, c) for m in ("local", "softmax") for c in (64, 256)
     }
-    text = md.read_text()
     assert "## `local` against its FLOP lower bound" in text and "## Targets" in text
 
 
 def test_baselines_speed_quick_run_writes_results(tmp_path):
-    run_quick("baselines_speed.py", tmp_path)
-    (md,) = tmp_path.glob("baselines-*-quick.md")
-    (js,) = tmp_path.glob("baselines-*-quick.json")
-    report = json.loads(js.read_text())
+    report, text = quick_results("baselines_speed.py", "baselines", tmp_path)
     names = set(report["train_seconds"]["512"])
     assert {"sdpa", "reformer", "clustered", "informer", "rfa_gate causal"} <= names
     assert max(report["correctness"].values()) < 1e-6  # fast paths against their references
-    assert "| target | measured | goal | met |" in md.read_text()
+    assert "| target | measured | goal | met |" in text
     assert report["config"]["malloc"]["MALLOC_TRIM_THRESHOLD_"]  # re-run under steady malloc
 
 
 def test_rfa_gate_speed_quick_run_writes_results(tmp_path):
-    run_quick("rfa_gate_speed.py", tmp_path)
-    (md,) = tmp_path.glob("rfa-gate-*-quick.md")
-    (js,) = tmp_path.glob("rfa-gate-*-quick.json")
-    assert json.loads(js.read_text()) and md.read_text().startswith("#")
+    report, text = quick_results("rfa_gate_speed.py", "rfa-gate", tmp_path)
+    assert report and text.startswith("#")
