@@ -1,6 +1,10 @@
-"""Shared test helpers: one ``assert_close`` with tolerances per dtype, inputs, masks."""
+"""Shared test helpers: one ``assert_close`` with tolerances per dtype, inputs, masks, and
+decoding token by token."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -51,6 +55,28 @@ def padding_mask(b: int, length: int, pads: tuple[int, ...], *, left: bool = Fal
             else:
                 mask[row, length - p :] = True
     return mask
+
+
+def step_through(
+    step: Callable[..., tuple[Tensor, Any]],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    state: Any,
+    *,
+    start: int = 0,
+) -> tuple[Tensor, Any]:
+    """Outputs of ``step`` on tokens ``start, ..., L - 1`` of q, k, v, one at a time from
+    ``state``, concatenated along L, and the state after the last token.
+
+    ``step`` is a module's ``step`` or a functional one: ``(q, k, v, state) -> (out, state)``
+    on one token ``(B, H, 1, D)``.
+    """
+    outs = []
+    for t in range(start, q.shape[2]):
+        out, state = step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+        outs.append(out)
+    return torch.cat(outs, dim=2), state
 
 
 def grads(out: Tensor, *inputs: Tensor, seed: int = 5) -> list[Tensor]:

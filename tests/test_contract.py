@@ -14,7 +14,7 @@ import torch
 
 import kattn
 
-from .helpers import padding_mask
+from .helpers import padding_mask, step_through
 
 MECHANISMS = kattn.available()
 FLAGS = ("supports_causal", "supports_padding_mask", "supports_cross", "supports_recurrent")
@@ -157,11 +157,8 @@ def test_decoding_token_by_token_equals_the_causal_forward(name):
         return
     q, k, v = (x.double() for x in inputs())
     state = attn.init_state(B, H, device=q.device, dtype=q.dtype)
-    outs = []
-    for t in range(LENGTH):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    same(torch.cat(outs, dim=2), call(attn, q, k, v, causal=True), rtol=1e-7, atol=1e-9)
+    steps, _ = step_through(attn.step, q, k, v, state)
+    same(steps, call(attn, q, k, v, causal=True), rtol=1e-7, atol=1e-9)
 
 
 @pytest.mark.parametrize("name", MECHANISMS)

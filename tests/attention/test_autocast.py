@@ -8,6 +8,8 @@ import kattn
 from kattn.attention.kernelized import KernelizedAttention
 from kattn.attention.simpletron import SimpletronAttention
 
+from ..helpers import step_through
+
 FP32_SUMS = [
     name
     for name in kattn.available()
@@ -47,10 +49,6 @@ def test_decoding_steps_under_autocast_equal_the_parallel_forward():
     with torch.no_grad():
         full = attn(q, k, v, causal=True)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            out, state = attn.prefill(q[:, :, :30], k[:, :, :30], v[:, :, :30])
-            steps = [out]
-            for t in range(30, 40):
-                one = slice(t, t + 1)
-                out, state = attn.step(q[:, :, one], k[:, :, one], v[:, :, one], state)
-                steps.append(out)
-    torch.testing.assert_close(torch.cat(steps, dim=2), full, rtol=1e-4, atol=1e-5)
+            head, state = attn.prefill(q[:, :, :30], k[:, :, :30], v[:, :, :30])
+            tail, _ = step_through(attn.step, q, k, v, state, start=30)
+    torch.testing.assert_close(torch.cat([head, tail], dim=2), full, rtol=1e-4, atol=1e-5)

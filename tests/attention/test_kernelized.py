@@ -9,7 +9,7 @@ import torch.nn.functional as F
 import kattn
 from kattn.functional import linear_attention_reference, softmax_attention_reference
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 D, H = 16, 3
 MAPS = ["elu", "relu", "identity", "prf", "trf"]
@@ -93,12 +93,8 @@ def test_recurrent_steps_equal_causal_forward(feature_map):
     attn = build(feature_map=feature_map)
     q, k, v = qkv(lq=23, d=D, scale=0.5)
     full = attn(q, k, v, causal=True)
-    state = attn.init_state(2, H, dtype=q.dtype)
-    outs = []
-    for t in range(23):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    assert_close(torch.cat(outs, dim=2), full)
+    steps, _ = step_through(attn.step, q, k, v, attn.init_state(2, H, dtype=q.dtype))
+    assert_close(steps, full)
 
 
 @pytest.mark.parametrize("name", ["performer", "rfa", "linear"])

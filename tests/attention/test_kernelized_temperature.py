@@ -7,7 +7,7 @@ import torch
 
 import kattn
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 H, D, DV, MAX_LEN = 3, 16, 8, 48
 TAU = (0.5, 1.0, 2.5)
@@ -62,13 +62,9 @@ def test_cross_attention_equals_reference():
 def test_decoding_equals_the_causal_forward(options):
     attn = build(**options).eval()
     q, k, v = qkv(2, H, 33, 33, D, DV)
-    state = attn.init_state(2, H, dtype=torch.float64)
-    steps = []
-    for t in range(33):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        steps.append(out)
+    steps, _ = step_through(attn.step, q, k, v, attn.init_state(2, H, dtype=torch.float64))
     full = attn(q, k, v, causal=True)
-    assert_close(torch.cat(steps, dim=2), full)
+    assert_close(steps, full)
     head, state = attn.prefill(q[:, :, :20], k[:, :, :20], v[:, :, :20])
     tail, _ = attn.prefill(q[:, :, 20:], k[:, :, 20:], v[:, :, 20:], state)
     assert_close(torch.cat([head, tail], dim=2), full)

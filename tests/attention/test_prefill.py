@@ -8,7 +8,7 @@ import torch
 
 import kattn
 
-from ..helpers import assert_close, qkv
+from ..helpers import assert_close, qkv, step_through
 
 #: every registered mechanism with a recurrent form, plus the relative encodings of nprf_rpe
 CASES = [
@@ -30,11 +30,8 @@ def test_prefill_then_steps_equal_the_causal_forward(name, options):
     expected = attn(q, k, v, causal=True)
     first, state = attn.prefill(q[:, :, :13], k[:, :, :13], v[:, :, :13])
     second, state = attn.prefill(q[:, :, 13:21], k[:, :, 13:21], v[:, :, 13:21], state)
-    outs = [first, second]
-    for t in range(21, 29):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    assert_close(torch.cat(outs, dim=2), expected)
+    rest, _ = step_through(attn.step, q, k, v, state, start=21)
+    assert_close(torch.cat([first, second, rest], dim=2), expected)
 
 
 @pytest.mark.parametrize("name", ["performer", "softmax", "simpletron"])

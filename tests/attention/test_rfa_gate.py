@@ -13,7 +13,7 @@ import torch
 import kattn
 from kattn.attention.rfa_gate import GatedRandomFeatureAttention
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 D, H, DV = 16, 3, 8
 
@@ -73,11 +73,8 @@ def test_steps_and_prefill_continue_the_causal_forward():
     q, k, v = qkv(2, H, 29, d=D, dv=DV)
     expected = attn(q, k, v, causal=True)
     first, state = attn.prefill(q[:, :, :11], k[:, :, :11], v[:, :, :11])
-    outs = [first]
-    for t in range(11, 29):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    assert_close(torch.cat(outs, dim=2), expected)
+    rest, state = step_through(attn.step, q, k, v, state, start=11)
+    assert_close(torch.cat([first, rest], dim=2), expected)
     num_features = attn.feature_map.num_features
     assert state.kv.shape == (2, H, num_features, DV)  # O(M·Dv) per head, whatever the length
 

@@ -13,7 +13,7 @@ from kattn.functional.simpletron import (
 )
 from kattn.nn import EncoderLayer, MultiheadAttention, SequenceClassifier, TransformerEncoder
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 B, H, L, D, DV = 2, 3, 37, 16, 8
 PADS = (5, 11)
@@ -93,14 +93,10 @@ def test_fast_paths_equal_reference_forward_and_gradients(
 def test_recurrent_steps_equal_the_causal_forward():
     attn = build(chunk_size=8, block_size=16)
     q, k, v = qkv(B, H, L, d=D, dv=DV)
-    state = attn.init_state(B, H, dtype=q.dtype)
-    steps = []
-    for t in range(L):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        steps.append(out)
+    steps, state = step_through(attn.step, q, k, v, attn.init_state(B, H, dtype=q.dtype))
     assert isinstance(state, SimpletronState) and state.sums.kv.shape == (B, H, D, DV)
     assert state.num_keys.tolist() == [L, L]
-    assert_close(torch.cat(steps, dim=2), attn(q, k, v, causal=True))
+    assert_close(steps, attn(q, k, v, causal=True))
 
 
 @pytest.mark.parametrize("prompt_pads", [(0, 0), (3, 9)], ids=["prompt", "padded_prompt"])
@@ -113,11 +109,8 @@ def test_steps_continue_a_prefilled_prompt(prompt_pads):
     prefix = (x[:, :, :prompt] for x in (q, k, v))
     head, state = simpletron_prefill(*prefix, key_padding_mask=mask[:, :prompt], chunk_size=8)
     assert state.num_keys.tolist() == [prompt - p for p in prompt_pads]
-    steps = [head]
-    for t in range(prompt, L):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        steps.append(out)
-    assert_close(torch.cat(steps, dim=2), full)
+    tail, _ = step_through(attn.step, q, k, v, state, start=prompt)
+    assert_close(torch.cat([head, tail], dim=2), full)
 
 
 def test_causal_never_sees_the_future_not_even_its_length():

@@ -13,7 +13,7 @@ from kattn.functional.simpletron import (
     simpletron_prefill,
 )
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 B, H, L, D, DV = 2, 3, 29, 16, 8
 PADS = (4, 9)
@@ -97,12 +97,8 @@ def test_prefill_and_steps_equal_the_causal_forward(causal_scale):
 
 def decode_after(attn, head, state, q, k, v):
     """``head`` (the prompt's outputs), then one step per remaining token from ``state``."""
-    outs = [head]
-    for t in range(head.shape[2], q.shape[2]):
-        one = slice(t, t + 1)
-        out, state = attn.step(q[:, :, one], k[:, :, one], v[:, :, one], state)
-        outs.append(out)
-    return torch.cat(outs, dim=2)
+    tail, _ = step_through(attn.step, q, k, v, state, start=head.shape[2])
+    return torch.cat([head, tail], dim=2)
 
 
 def test_the_noncausal_form_ignores_causal_scale():

@@ -4,7 +4,7 @@ import torch
 import kattn
 from kattn.functional import softmax_attention, softmax_attention_reference
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 CASES = [
     # (lq, lk, causal, pads)
@@ -79,12 +79,7 @@ def test_key_value_cache_steps_equal_causal_forward(requires_grad):
     attn = kattn.build("softmax", head_dim=16, num_heads=3)
     q, k, v = qkv(lq=40, requires_grad=requires_grad)  # grows the cache 16 → 32 → 64
     full = softmax_attention_reference(q, k, v, causal=True)
-    state = attn.init_state(2, 3, dtype=q.dtype)
-    outs = []
-    for t in range(40):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    steps = torch.cat(outs, dim=2)
+    steps, state = step_through(attn.step, q, k, v, attn.init_state(2, 3, dtype=q.dtype))
     assert_close(steps, full)
     assert state.length == 40 and state.keys.shape[2] >= 40
     if requires_grad:

@@ -17,7 +17,7 @@ from kattn.functional import (
     softmax_init_state,
 )
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 H, D, DV, MAX_LEN = 3, 16, 8, 40
 CASES = {  # id: (Lq, Lk, causal, padded keys per batch row or None)
@@ -136,12 +136,8 @@ def test_decoding_step_by_step_and_by_prefill_equals_the_causal_forward(variant)
     attn = build(name, **options).eval()
     q, k, v, _ = inputs(33, 33, None)
     full = attn(q, k, v, causal=True)
-    state = attn.init_state(2, H, dtype=torch.float64)
-    steps = []
-    for t in range(33):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        steps.append(out)
-    assert_close(torch.cat(steps, dim=2), full)
+    steps, _ = step_through(attn.step, q, k, v, attn.init_state(2, H, dtype=torch.float64))
+    assert_close(steps, full)
     head, state = attn.prefill(q[:, :, :20], k[:, :, :20], v[:, :, :20])
     tail, state = attn.prefill(q[:, :, 20:], k[:, :, 20:], v[:, :, 20:], state)
     assert_close(torch.cat([head, tail], dim=2), full)

@@ -19,7 +19,7 @@ from kattn.functional import (
     softmax_attention_reference,
 )
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 H, MAX_LEN = 2, 48
 VARIANTS = ["dense", "random", "factorized_dense", "factorized_random"]
@@ -142,11 +142,8 @@ def test_decoding_step_by_step_equals_the_causal_forward(variant, mix):
     q, k, v = qkv(2, H, 29)
     expected = attn(q, k, v, causal=True)
     first, state = attn.prefill(q[:, :, :11], k[:, :, :11], v[:, :, :11])
-    outs = [first]
-    for t in range(11, 29):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    assert_close(torch.cat(outs, dim=2), expected)
+    rest, state = step_through(attn.step, q, k, v, state, start=11)
+    assert_close(torch.cat([first, rest], dim=2), expected)
     assert state.length == 29
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import kattn
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 from .feedforward_helpers import (
     NAMES,
     D,
@@ -140,12 +140,8 @@ def test_causal_forward_equals_recurrent_steps(name):
     attn = build_attention(name, **two_layers(name))
     q, k, v = qkv(h=H, d=D, lq=13)
     full = attn(q, k, v, causal=True)
-    state = attn.init_state(2, H, dtype=torch.float64)
-    outs = []
-    for t in range(13):
-        out_t, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out_t)
-    assert_close(torch.cat(outs, dim=2), full)
+    steps, _ = step_through(attn.step, q, k, v, attn.init_state(2, H, dtype=torch.float64))
+    assert_close(steps, full)
 
 
 # --------------------------------------------------------------------------- per head

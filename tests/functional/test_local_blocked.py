@@ -20,7 +20,7 @@ from kattn.functional import (
     sparse_attention_reference,
 )
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 #: (window, look_backward, look_forward, causal, L): lengths the window does not divide,
 #: L < window, no neighbours (the LRA code's block-diagonal form), several blocks each way.
@@ -134,11 +134,7 @@ def _causal_forward(q, k, v, window, back):
 
 
 def _steps(q, k, v, state):
-    outs = []
-    for t in range(q.shape[2]):
-        out, state = local_step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    return torch.cat(outs, dim=2), state
+    return step_through(local_step, q, k, v, state)
 
 
 def _assert_same_state(a: LocalState, b: LocalState) -> None:

@@ -20,7 +20,7 @@ pytest.importorskip("triton", reason="the Triton kernels are tested where triton
 
 from kattn.ops.triton import dispatch
 
-from ..helpers import padding_mask
+from ..helpers import padding_mask, step_through
 from .backend_pairs import LQ, B, D, H, L, close, close_gradients, gradients, inputs, pair
 from .kernel_device import DEVICE, needs_kernels
 
@@ -57,13 +57,10 @@ def test_triton_equals_torch_forward_gradients_prefill_and_steps(name: str) -> N
     with torch.no_grad():
         results = []
         for module in (fast, slow):
-            out, state = module.prefill(q[:, :, :9], k[:, :, :9], v[:, :, :9])
-            steps = [out]
-            for t in range(9, 12):
-                token = slice(t, t + 1)
-                out, state = module.step(q[:, :, token], k[:, :, token], v[:, :, token], state)
-                steps.append(out)
-            results.append(torch.cat(steps, dim=2))
+            head, state = module.prefill(q[:, :, :9], k[:, :, :9], v[:, :, :9])
+            twelve = (q[:, :, :12], k[:, :, :12], v[:, :, :12])
+            tail, _ = step_through(module.step, *twelve, state, start=9)
+            results.append(torch.cat([head, tail], dim=2))
     close(*results)
     close(results[0], outs[1][:, :, :12].detach())
 

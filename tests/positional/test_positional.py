@@ -7,7 +7,7 @@ import kattn
 from kattn import positional
 from kattn.positional import t5_buckets
 
-from ..helpers import assert_close, grads, padding_mask, qkv
+from ..helpers import assert_close, grads, padding_mask, qkv, step_through
 
 H, D, MAX_LEN = 3, 16, 64
 
@@ -120,12 +120,8 @@ def test_recurrent_steps_equal_the_causal_forward(rpe):
     attn = randomize(build(feature_map="prf", rpe=rpe, **extra))
     q, k, v = qkv(lq=33)
     full = attn(q, k, v, causal=True)
-    state = attn.init_state(2, H, dtype=q.dtype)
-    outs = []
-    for t in range(33):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    assert_close(torch.cat(outs, dim=2), full)
+    steps, _ = step_through(attn.step, q, k, v, attn.init_state(2, H, dtype=q.dtype))
+    assert_close(steps, full)
 
 
 def test_auto_method_picks_dense_for_small_problems_and_fft_beyond(monkeypatch):
@@ -169,9 +165,7 @@ def test_cpu_cost_model_agrees_with_measured_choices(m, length, causal, expected
 def test_toeplitz_decoding_stops_at_max_len():
     attn = kattn.build("nprf_rpe", head_dim=D, num_heads=H, max_len=4)
     q, k, v = qkv(lq=5, dtype=torch.float32)
-    state = attn.init_state(2, H)
-    for t in range(4):
-        _, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+    _, state = step_through(attn.step, q[:, :, :4], k[:, :, :4], v[:, :, :4], attn.init_state(2, H))
     with pytest.raises(ValueError, match="max_len"):
         attn.step(q[:, :, 4:5], k[:, :, 4:5], v[:, :, 4:5], state)
 

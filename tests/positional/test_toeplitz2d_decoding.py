@@ -7,7 +7,7 @@ import torch
 
 import kattn
 
-from ..helpers import assert_close, grads, qkv
+from ..helpers import assert_close, grads, qkv, step_through
 
 H, D, GRID = 3, 16, (3, 5)
 CELLS = GRID[0] * GRID[1]
@@ -20,15 +20,6 @@ def build(name, seed=0, **options):
     with torch.no_grad():  # a bias far from 0, different for every (Δrow, Δcol) and head
         attn.rpe.bias.copy_(torch.randn(attn.rpe.bias.shape, generator=g) * 1.5)
     return attn.double().eval()
-
-
-def stepped(attn, q, k, v, state=None, start=0):
-    state = attn.init_state(q.shape[0], H, dtype=q.dtype) if state is None else state
-    outs = []
-    for t in range(start, q.shape[2]):
-        out, state = attn.step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
-        outs.append(out)
-    return torch.cat(outs, dim=2), state
 
 
 MECHANISMS = {
@@ -45,7 +36,7 @@ def test_steps_equal_the_causal_forward(case):
     assert attn.supports_recurrent
     q, k, v = qkv(lq=CELLS, requires_grad=True)
     full = attn(q, k, v, causal=True)
-    out, _ = stepped(attn, q, k, v)
+    out, _ = step_through(attn.step, q, k, v, attn.init_state(2, H, dtype=q.dtype))
     assert_close(out, full)
     # the bias's gradient flows through the steps as through the forward
     steps, forward = grads(out, q, k, v, attn.rpe.bias), grads(full, q, k, v, attn.rpe.bias)
@@ -73,7 +64,7 @@ def test_a_prompt_then_steps(case):
     attn = build(name, **options)
     q, k, v = qkv(lq=CELLS, seed=2)
     head, state = attn.prefill(q[:, :, :7], k[:, :, :7], v[:, :, :7])
-    tail, _ = stepped(attn, q, k, v, state, start=7)
+    tail, _ = step_through(attn.step, q, k, v, state, start=7)
     assert_close(torch.cat([head, tail], dim=2), attn(q, k, v, causal=True))
 
 
@@ -82,7 +73,8 @@ def test_stepping_past_the_grid_is_refused(case):
     name, options = MECHANISMS[case]
     attn = build(name, **options)
     q, k, v = qkv(lq=CELLS + 1, seed=3)
-    _, state = stepped(attn, q[:, :, :CELLS], k[:, :, :CELLS], v[:, :, :CELLS])
+    fresh = attn.init_state(2, H, dtype=q.dtype)
+    _, state = step_through(attn.step, q[:, :, :CELLS], k[:, :, :CELLS], v[:, :, :CELLS], fresh)
     with pytest.raises(ValueError, match=r"position 15 is beyond the 3×5 grid"):
         attn.step(q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], state)
 
