@@ -18,7 +18,6 @@ from kattn.data import ByteTokenizer
 from kattn.data.mlm_vocab import mlm_vocab
 from kattn.nn import MaskedLM
 from kattn.train import load_trained_model, preset
-from kattn.train.checkpoint import LAST
 from kattn.train.config import RunConfig
 from kattn.train.loop import Interrupted, evaluate_run, train
 from kattn.train.metrics import iter_records
@@ -27,7 +26,7 @@ from kattn.train.mlm_data import CURVE, pack_sequences
 from kattn.train.validation import validate
 
 from ..data.test_lm_data import write_text
-from .test_train_loop import tiny
+from .test_train_loop import assert_same_final_weights, tiny
 
 MAX_LEN = 24
 REQUIRED = (
@@ -127,9 +126,7 @@ def test_interrupt_and_resume_ends_with_the_same_numbers(corpus_file, tmp_path):
     parts = train(config, tmp_path / "parts", resume=True, progress=False)
     for key in ("test_loss", "test_accuracy", "best_valid_loss", "best_step", "curve"):
         assert parts[key] == whole[key], key
-    a = torch.load(tmp_path / "whole" / LAST, weights_only=False)["model"]
-    b = torch.load(tmp_path / "parts" / LAST, weights_only=False)["model"]
-    assert all(torch.equal(value, b[key]) for key, value in a.items())
+    assert_same_final_weights(tmp_path / "whole", tmp_path / "parts")
 
 
 def test_the_run_folder_reads_back_with_its_special_ids(corpus_file, tmp_path):

@@ -16,7 +16,7 @@ from kattn.cli import main
 from kattn.data import ByteTokenizer, HFTokenizer
 from kattn.nn import CausalLM
 from kattn.train import load_trained_model
-from kattn.train.checkpoint import BEST, LAST, RunState
+from kattn.train.checkpoint import BEST, RunState
 from kattn.train.config import RunConfig
 from kattn.train.loop import Interrupted, evaluate_run, train
 from kattn.train.metrics import iter_records
@@ -24,7 +24,11 @@ from kattn.train.tasks import build_lm
 
 from ..data.test_lm_data import bpe_file, write_text  # noqa: F401  (the fixture)
 from .test_train_distributed import train_in_one_and_two_processes
-from .test_train_loop import listops_dir, tiny  # noqa: F401  (the fixture)
+from .test_train_loop import (  # noqa: F401  (the fixture)
+    assert_same_final_weights,
+    listops_dir,
+    tiny,
+)
 
 REQUIRED = (
     "task", "mechanism", "steps", "test_loss", "test_perplexity", "test_bits_per_byte",
@@ -101,11 +105,7 @@ def test_interrupt_and_resume_ends_with_the_same_numbers(corpus_file, tmp_path):
     for key in ("test_loss", "test_bits_per_byte", "best_valid_loss", "best_step", "steps"):
         assert parts[key] == whole[key], key
     assert records(tmp_path / "parts") == records(tmp_path / "whole")
-    a = torch.load(tmp_path / "whole" / LAST, weights_only=False)["model"]
-    b = torch.load(tmp_path / "parts" / LAST, weights_only=False)["model"]
-    for key, value in a.items():
-        if isinstance(value, torch.Tensor):
-            assert torch.equal(value, b[key]), key
+    assert_same_final_weights(tmp_path / "whole", tmp_path / "parts")
 
 
 def test_eval_again_and_the_run_folder_read_back(corpus_file, tmp_path, capsys):

@@ -50,6 +50,16 @@ def tiny(task: str, path: Path, *overrides: str) -> RunConfig:
     )  # fmt: skip
 
 
+def assert_same_final_weights(first: Path, second: Path) -> None:
+    """The last checkpoints of the runs in ``first`` and ``second`` hold the same model
+    weights: the same keys, every tensor bit for bit."""
+    a = torch.load(first / LAST, weights_only=False)["model"]
+    b = torch.load(second / LAST, weights_only=False)["model"]
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        assert torch.equal(value, b[key]), key
+
+
 def records(run: Path) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "steps_per_s"} for r in iter_records(run)]
 
@@ -93,11 +103,7 @@ def test_interrupt_and_resume_ends_with_the_same_numbers(listops_dir, tmp_path, 
     for key in ("test_accuracy", "test_loss", "best_valid_accuracy", "best_step", "steps"):
         assert parts[key] == whole[key], key
     assert records(tmp_path / "parts") == records(tmp_path / "whole")
-    a = torch.load(tmp_path / "whole" / LAST, weights_only=False)["model"]
-    b = torch.load(tmp_path / "parts" / LAST, weights_only=False)["model"]
-    for key, value in a.items():
-        if isinstance(value, torch.Tensor):
-            assert torch.equal(value, b[key]), key
+    assert_same_final_weights(tmp_path / "whole", tmp_path / "parts")
 
 
 def test_accumulation_matches_one_big_batch(listops_dir, tmp_path):
