@@ -21,18 +21,9 @@ from kattn.ops.triton.causal_linear import (
 
 from ..helpers import padding_mask
 from .kernel_device import DEVICE, needs_kernels
+from .linear_inputs import linear_inputs
 
 pytestmark = needs_kernels
-
-
-def _features(b, h, length, m, dv, *, seed=0, dtype=torch.float32, log_scales=False):
-    """Positive features (as PRF's), values and optionally large key log-scales."""
-    g = torch.Generator().manual_seed(seed)
-    fq = torch.rand(b, h, length, m, generator=g, dtype=torch.float64) + 0.05
-    fk = torch.rand(b, h, length, m, generator=g, dtype=torch.float64) + 0.05
-    v = torch.randn(b, h, length, dv, generator=g, dtype=torch.float64)
-    s = 4.0 * torch.randn(b, h, length, generator=g, dtype=torch.float64) if log_scales else None
-    return tuple(None if x is None else x.to(DEVICE, dtype) for x in (fq, fk, v, s))
 
 
 def _ref(fq, fk, v, s=None, **kw) -> torch.Tensor:
@@ -46,7 +37,7 @@ def _ref(fq, fk, v, s=None, **kw) -> torch.Tensor:
     (1, 1, 70, 6, 80, 32),  # values wider than one program's block
 ])  # fmt: skip
 def test_the_kernel_equals_the_chunked_path(b, h, length, m, dv, chunk, log_scales) -> None:
-    fq, fk, v, s = _features(b, h, length, m, dv, log_scales=log_scales)
+    fq, fk, v, s = linear_inputs(b, h, length, length, m, dv, log_scales=log_scales)
     out = causal_linear_attention_triton(fq, fk, v, k_log_scale=s, chunk_size=chunk)
     torch.testing.assert_close(out.cpu().double(), _ref(fq, fk, v, s), rtol=2e-5, atol=2e-5)
     assert out.dtype == v.dtype
@@ -54,7 +45,7 @@ def test_the_kernel_equals_the_chunked_path(b, h, length, m, dv, chunk, log_scal
 
 @pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
 def test_padded_keys_count_nowhere_even_as_nan(log_scales: bool) -> None:
-    fq, fk, v, s = _features(2, 2, 45, 8, 6, log_scales=log_scales)
+    fq, fk, v, s = linear_inputs(2, 2, 45, 45, 8, 6, log_scales=log_scales)
     pad = padding_mask(2, 45, (3, 11), left=True)
     pad[1, 40:] = True
     fk2, v2 = fk.clone(), v.clone()
@@ -69,7 +60,7 @@ def test_padded_keys_count_nowhere_even_as_nan(log_scales: bool) -> None:
 
 @pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
 def test_causal_outputs_never_see_later_tokens(log_scales: bool) -> None:
-    fq, fk, v, s = _features(1, 2, 50, 8, 8, log_scales=log_scales)
+    fq, fk, v, s = linear_inputs(1, 2, 50, 50, 8, 8, log_scales=log_scales)
     out = causal_linear_attention_triton(fq, fk, v, k_log_scale=s)
     fk2, v2 = fk.clone(), v.clone()
     fk2[:, :, 30:] *= 3.0
@@ -83,7 +74,7 @@ def test_causal_outputs_never_see_later_tokens(log_scales: bool) -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_inputs_accumulate_in_fp32(dtype: torch.dtype) -> None:
-    fq, fk, v, s = _features(1, 2, 40, 16, 16, log_scales=True)
+    fq, fk, v, s = linear_inputs(1, 2, 40, 40, 16, 16, log_scales=True)
     half = [x.to(dtype) for x in (fq, fk, v)]
     out = causal_linear_attention_triton(*half, k_log_scale=s)
     ref = _ref(*half, s)
@@ -99,7 +90,7 @@ def test_half_inputs_accumulate_in_fp32(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
 def test_gradients_are_those_of_the_chunked_path(dtype: torch.dtype, log_scales: bool) -> None:
-    fq, fk, v, s = _features(2, 2, 41, 7, 5, dtype=dtype, log_scales=log_scales)
+    fq, fk, v, s = linear_inputs(2, 2, 41, 41, 7, 5, dtype=dtype, log_scales=log_scales)
     inputs = [x.requires_grad_() for x in (fq, fk, v, s) if x is not None]
     pad = padding_mask(2, 41, (0, 6)).to(DEVICE)
     g = torch.randn(2, 2, 41, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -118,7 +109,7 @@ def test_gradients_are_those_of_the_chunked_path(dtype: torch.dtype, log_scales:
 
 
 def test_gradcheck_in_float64() -> None:
-    fq, fk, v, s = _features(1, 2, 19, 3, 2, dtype=torch.float64, log_scales=True)
+    fq, fk, v, s = linear_inputs(1, 2, 19, 19, 3, 2, dtype=torch.float64, log_scales=True)
     inputs = tuple(x.requires_grad_() for x in (fq, fk, v, s))
 
     def attend(fq, fk, v, s):
@@ -130,7 +121,7 @@ def test_gradcheck_in_float64() -> None:
 
 @pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
 def test_prefill_from_a_state_equals_the_pytorch_prefill(log_scales: bool) -> None:
-    fq, fk, v, s = _features(2, 2, 50, 6, 5, dtype=torch.float64, log_scales=log_scales)
+    fq, fk, v, s = linear_inputs(2, 2, 50, 50, 6, 5, dtype=torch.float64, log_scales=log_scales)
     first, rest = slice(0, 21), slice(21, 50)
     states = []
     for prefill in (linear_attention_prefill, causal_linear_prefill_triton):
@@ -148,7 +139,7 @@ def test_prefill_from_a_state_equals_the_pytorch_prefill(log_scales: bool) -> No
 
 
 def test_refusals() -> None:
-    fq, fk, v, _ = _features(1, 1, 8, 4, 4)
+    fq, fk, v, _ = linear_inputs(1, 1, 8, 8, 4, 4)
     with pytest.raises(ValueError, match="power of two"):
         causal_linear_attention_triton(fq, fk, v, chunk_size=24)
     with pytest.raises(ValueError, match="power of two"):

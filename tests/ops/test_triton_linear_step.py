@@ -19,19 +19,11 @@ from kattn.functional import (
 from kattn.ops.triton.linear_step import linear_step_triton
 
 from .kernel_device import DEVICE, needs_kernels
+from .linear_inputs import linear_inputs
 
 pytestmark = needs_kernels
 
 B, H, L, M, DV = 2, 3, 12, 7, 5
-
-
-def _tokens(*, dtype=torch.float64, log_scales=False):
-    g = torch.Generator().manual_seed(0)
-    fq = torch.rand(B, H, L, M, generator=g, dtype=torch.float64) + 0.05
-    fk = torch.rand(B, H, L, M, generator=g, dtype=torch.float64) + 0.05
-    v = torch.randn(B, H, L, DV, generator=g, dtype=torch.float64)
-    s = 4.0 * torch.randn(B, H, L, generator=g, dtype=torch.float64) if log_scales else None
-    return tuple(None if x is None else x.to(DEVICE, dtype) for x in (fq, fk, v, s))
 
 
 def _decode(step, fq, fk, v, s):
@@ -48,7 +40,7 @@ def _decode(step, fq, fk, v, s):
 
 @pytest.mark.parametrize("log_scales", [False, True], ids=["plain", "log_scales"])
 def test_steps_equal_the_pytorch_steps_and_the_causal_forward(log_scales: bool) -> None:
-    fq, fk, v, s = _tokens(log_scales=log_scales)
+    fq, fk, v, s = linear_inputs(B, H, L, L, M, DV, dtype=torch.float64, log_scales=log_scales)
     out, state = _decode(linear_step_triton, fq, fk, v, s)
     ref, ref_state = _decode(linear_attention_step, fq, fk, v, s)
     for got, want in zip((out, *state), (ref, *ref_state), strict=True):
@@ -58,7 +50,7 @@ def test_steps_equal_the_pytorch_steps_and_the_causal_forward(log_scales: bool) 
 
 
 def test_the_state_is_updated_in_place_only_where_it_may_be() -> None:
-    fq, fk, v, _ = _tokens(dtype=torch.float32)
+    fq, fk, v, _ = linear_inputs(B, H, L, L, M, DV)
     token = (fq[:, :, :1], fk[:, :, :1], v[:, :, :1])
     state = linear_attention_init_state(B, H, M, DV, device=DEVICE)
     _, new = linear_step_triton(*token, state)
@@ -80,7 +72,7 @@ def test_the_state_is_updated_in_place_only_where_it_may_be() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_values_give_a_close_half_output(dtype: torch.dtype) -> None:
-    fq, fk, v, s = _tokens(dtype=torch.float32, log_scales=True)
+    fq, fk, v, s = linear_inputs(B, H, L, L, M, DV, log_scales=True)
     out, state = _decode(linear_step_triton, fq, fk, v.to(dtype), s)
     ref, _ = _decode(linear_attention_step, fq, fk, v.to(dtype), s)
     assert out.dtype == dtype and state.kv.dtype == torch.float32
@@ -88,7 +80,7 @@ def test_half_values_give_a_close_half_output(dtype: torch.dtype) -> None:
 
 
 def test_refusals() -> None:
-    fq, fk, v, _ = _tokens(dtype=torch.float32)
+    fq, fk, v, _ = linear_inputs(B, H, L, L, M, DV)
     state = linear_attention_init_state(B, H, M, 0, device=DEVICE)
     with pytest.raises(ValueError, match="a step takes"):
         linear_step_triton(fq[:, :, :2], fk[:, :, :2], v[:, :, :2], state)

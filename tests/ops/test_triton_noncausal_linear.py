@@ -16,19 +16,9 @@ from kattn.ops.triton.noncausal_linear import linear_attention_triton
 
 from ..helpers import padding_mask
 from .kernel_device import DEVICE, needs_kernels
+from .linear_inputs import linear_inputs
 
 pytestmark = needs_kernels
-
-
-def _inputs(b, h, lq, lk, m, dv, *, dtype=torch.float32, log_scales=False, signed=False):
-    g = torch.Generator().manual_seed(0)
-    fq = torch.rand(b, h, lq, m, generator=g, dtype=torch.float64) + 0.05
-    fk = torch.rand(b, h, lk, m, generator=g, dtype=torch.float64) + 0.05
-    if signed:  # as trigonometric features, whose normaliser may be small
-        fq, fk = fq - 0.4, fk - 0.4
-    v = torch.randn(b, h, lk, dv, generator=g, dtype=torch.float64)
-    s = 4.0 * torch.randn(b, h, lk, generator=g, dtype=torch.float64) if log_scales else None
-    return tuple(None if x is None else x.to(DEVICE, dtype) for x in (fq, fk, v, s))
 
 
 def _ref(fq, fk, v, s=None, **kw) -> torch.Tensor:
@@ -41,14 +31,14 @@ def _ref(fq, fk, v, s=None, **kw) -> torch.Tensor:
     (2, 3, 37, 37, 8, 5), (1, 2, 20, 75, 16, 16), (3, 1, 50, 9, 20, 70),
 ])  # fmt: skip
 def test_the_kernels_equal_the_parallel_path(b, h, lq, lk, m, dv, log_scales) -> None:
-    fq, fk, v, s = _inputs(b, h, lq, lk, m, dv, log_scales=log_scales)
+    fq, fk, v, s = linear_inputs(b, h, lq, lk, m, dv, log_scales=log_scales)
     out = linear_attention_triton(fq, fk, v, k_log_scale=s)
     assert out.shape == (b, h, lq, dv) and out.dtype == v.dtype
     torch.testing.assert_close(out.cpu().double(), _ref(fq, fk, v, s), rtol=2e-5, atol=2e-5)
 
 
 def test_padded_keys_count_nowhere_even_as_nan() -> None:
-    fq, fk, v, s = _inputs(2, 2, 30, 45, 8, 6, log_scales=True)
+    fq, fk, v, s = linear_inputs(2, 2, 30, 45, 8, 6, log_scales=True)
     pad = padding_mask(2, 45, (0, 11))
     fk2, v2 = fk.clone(), v.clone()
     fk2[1, :, 34:], v2[1, :, 34:] = float("nan"), float("nan")
@@ -63,7 +53,9 @@ def test_padded_keys_count_nowhere_even_as_nan() -> None:
 @pytest.mark.parametrize(("log_scales", "signed"), [(False, False), (True, False), (True, True)],
                          ids=["plain", "log_scales", "signed"])  # fmt: skip
 def test_gradients_are_those_of_the_parallel_path(dtype, log_scales, signed) -> None:
-    fq, fk, v, s = _inputs(2, 2, 23, 41, 7, 5, dtype=dtype, log_scales=log_scales, signed=signed)
+    fq, fk, v, s = linear_inputs(
+        2, 2, 23, 41, 7, 5, dtype=dtype, log_scales=log_scales, signed=signed
+    )
     inputs = [x.requires_grad_() for x in (fq, fk, v, s) if x is not None]
     pad = padding_mask(2, 41, (0, 6)).to(DEVICE)
     eps = 1e-6
@@ -81,7 +73,7 @@ def test_gradients_are_those_of_the_parallel_path(dtype, log_scales, signed) -> 
 
 
 def test_gradcheck_in_float64() -> None:
-    fq, fk, v, s = _inputs(1, 2, 11, 17, 3, 2, dtype=torch.float64, log_scales=True)
+    fq, fk, v, s = linear_inputs(1, 2, 11, 17, 3, 2, dtype=torch.float64, log_scales=True)
     inputs = tuple(x.requires_grad_() for x in (fq, fk, v, s))
 
     def attend(fq, fk, v, s):
@@ -92,7 +84,7 @@ def test_gradcheck_in_float64() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_inputs_accumulate_in_fp32(dtype: torch.dtype) -> None:
-    fq, fk, v, s = _inputs(1, 2, 40, 33, 16, 16, log_scales=True)
+    fq, fk, v, s = linear_inputs(1, 2, 40, 33, 16, 16, log_scales=True)
     half = [x.to(dtype).requires_grad_() for x in (fq, fk, v)]
     out = linear_attention_triton(*half, k_log_scale=s)
     assert out.dtype == dtype and torch.isfinite(out).all()
@@ -102,7 +94,7 @@ def test_half_inputs_accumulate_in_fp32(dtype: torch.dtype) -> None:
 
 
 def test_refusals() -> None:
-    fq, fk, v, _ = _inputs(1, 1, 8, 6, 4, 4)
+    fq, fk, v, _ = linear_inputs(1, 1, 8, 6, 4, 4)
     with pytest.raises(ValueError, match="phi_k"):
         linear_attention_triton(fq, fk[..., :3], v)
     with pytest.raises(ValueError, match="k_log_scale"):
