@@ -109,6 +109,27 @@ def test_the_hash_in_float32_over_many_slices_with_shared_rotations():
     assert torch.equal(got, expected)
 
 
+def test_without_grad_mode_the_pass_keeps_nothing_for_a_backward(monkeypatch):
+    """Under no_grad, inputs that require grad give the same output and the probabilities
+    are computed in place (no kept buffer: the softmax writes over the scores)."""
+    q, k, v = qkv(2, H, 40, requires_grad=True)
+    rot = _rotations(40, 4, 2)
+    written_over = []
+    softmax = reformer_chunks._softmax
+
+    def spy(scores, out):
+        written_over.append(out is scores)
+        return softmax(scores, out)
+
+    monkeypatch.setattr(reformer_chunks, "_softmax", spy)
+    with torch.no_grad():
+        out = reformer_attention(q, k, v, rot, bucket_size=4)
+    assert written_over and all(written_over)
+    written_over.clear()
+    assert_close(reformer_attention(q, k, v, rot, bucket_size=4), out)
+    assert written_over and not any(written_over)  # with a graph: kept for the backward
+
+
 def test_the_number_of_buckets_gives_chunks_twice_the_mean_bucket():
     assert reformer_num_buckets(4096, 64) == 128  # m = 2l/n_buckets
     assert reformer_num_buckets(100, 64) == 4

@@ -149,9 +149,15 @@ def reformer_attention(
             allowed = chunk_mask(order_q, order_k, hashes_q, hashes_k, pad, m, across)
             plan = ChunkPlan(order_q, order_k, allowed, length, m, scale)
         del allowed  # the plan keeps its own (negated) copy
-        q_ = q.to(acc)  # shared QK: the keys are q's rows, made unit rows chunk by chunk
+        q_, k_, v_ = q.to(acc), k.to(acc), v.to(acc)
+        if not torch.is_grad_enabled():  # no graph: the pass keeps nothing for a backward
+            q_, k_, v_ = q_.detach(), k_.detach(), v_.detach()
         out, lse = ChunkAttention.apply(  # (B, H, L, Dv), (B, H, L): the rounds merged
-            q_, q_ if shared_qk else k.to(acc), v.to(acc), plan, shared_qk
+            q_,
+            q_ if shared_qk else k_,
+            v_,
+            plan,
+            shared_qk,  # shared: unit rows of q as keys
         )
         empty = torch.isinf(lse).nonzero(as_tuple=True)
         if empty[0].numel():  # no round reads a key (e.g. the first causal token): own value
