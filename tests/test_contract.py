@@ -14,7 +14,7 @@ import torch
 
 import kattn
 
-from .helpers import padding_mask, step_through
+from .helpers import grads, padding_mask, step_through
 
 MECHANISMS = kattn.available()
 FLAGS = ("supports_causal", "supports_padding_mask", "supports_cross", "supports_recurrent")
@@ -145,8 +145,11 @@ def test_a_row_with_every_key_padded_stays_finite(name):
     if not attn.supports_padding_mask:
         return
     mask = padding_mask(B, LENGTH, (0, LENGTH))
-    out = call(attn, *inputs(), key_padding_mask=mask)
+    q, k, v = (x.requires_grad_() for x in inputs())
+    out = call(attn, q, k, v, key_padding_mask=mask)
     assert torch.isfinite(out).all()
+    for g in grads(out, q, k, v):  # and so are the gradients through it
+        assert g is None or torch.isfinite(g).all()
 
 
 @pytest.mark.parametrize("name", MECHANISMS)
