@@ -10,6 +10,7 @@ from kattn.functional.decay import (
     decay_init_state,
     decay_linear_attention,
     decay_log_coefficients,
+    decay_prefill,
     decay_step,
 )
 from kattn.functional.linear import linear_attention_reference
@@ -88,6 +89,16 @@ def test_decay_steps_equal_the_causal_forward():
     state = decay_init_state(B, H, 2, M, dtype=torch.float64)
     steps = run_steps(decay_step, state, fq, fk, v, s, log_alpha=log_alpha, log_gamma=log_gamma)
     assert_close(steps, full)
+
+
+def test_decay_step_and_prefill_refuse_parameters_of_two_shapes():
+    fq, fk, v, _ = (x.detach() for x in inputs(3, 3, spread=4.0))
+    log_alpha, log_gamma = torch.zeros(H, 2, 2), -torch.ones(H, 2, 3)
+    state = decay_init_state(B, H, 3, M, dtype=torch.float64)
+    with pytest.raises(ValueError, match="log_alpha and log_gamma must have one"):
+        decay_step(fq[:, :, :1], fk[:, :, :1], v[:, :, :1], state, log_alpha, log_gamma)
+    with pytest.raises(ValueError, match="log_alpha and log_gamma must have one"):
+        decay_prefill(fq, fk, v, state, log_alpha, log_gamma)
 
 
 def test_decay_offsets_follow_the_decay():

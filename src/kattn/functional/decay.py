@@ -164,7 +164,7 @@ def decay_prefill(
     earlier steps.
     """
     fq, fk, v32, s = _prepare(phi_q, phi_k, v, k_log_scale, None)
-    rows, log_decay = _past_terms(fq, fk, v32, s, state, log_gamma)
+    rows, log_decay = _past_terms(fq, fk, v32, s, state, log_alpha, log_gamma)
     num, den, offsets, state = causal_linear_sums(
         *rows, state, log_decay=log_decay, chunk_size=chunk_size, block_size=block_size
     )
@@ -191,18 +191,30 @@ def decay_step(
         log_alpha, log_gamma: ``(H, 2, R)``; only the past side (0) is used.
     """
     fq, fk, v32, s = _prepare(phi_q, phi_k, v, k_log_scale, None)
-    rows, log_decay = _past_terms(fq, fk, v32, s, state, log_gamma)
+    rows, log_decay = _past_terms(fq, fk, v32, s, state, log_alpha, log_gamma)
     num, den, state = causal_step_sums(*rows, state, log_decay=log_decay)
     offsets = state.offset[..., None]  # the sums are in units of the new (decayed) offsets
     return _combine_past_terms(num, den, offsets, log_alpha, eps).to(v.dtype), state
 
 
 def _past_terms(
-    fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, state: LinearState, log_gamma: Tensor
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    state: LinearState,
+    log_alpha: Tensor,
+    log_gamma: Tensor,
 ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor | None], Tensor]:
     """The inputs of the past side's R recurrences per head (prefill and step): ``fq, fk, v,
     s`` repeated to ``(B, H·R, ...)`` and their log-decays ``(1, H·R)``; ``ValueError`` unless
-    ``state`` (from :func:`decay_init_state`) holds H·R rows."""
+    ``log_alpha`` and ``log_gamma`` have one shape and ``state`` (from
+    :func:`decay_init_state`) holds H·R rows."""
+    if log_alpha.shape != log_gamma.shape:
+        raise ValueError(
+            "log_alpha and log_gamma must have one (H, 2, R) shape, got "
+            f"{tuple(log_alpha.shape)} and {tuple(log_gamma.shape)}"
+        )
     h, r = fq.shape[1], log_gamma.shape[-1]
     if state.kv.shape[1] != h * r:
         raise ValueError(
