@@ -76,7 +76,6 @@ def lsh_buckets(x: Tensor, rotations: Tensor) -> Tensor:
             negative = proj.gather(-1, arg[..., None]).squeeze(-1) < 0
             buckets[:, :, start : start + step] = torch.where(negative, arg + half, arg)
     return buckets.transpose(-1, -2)
-    return buckets
 
 
 def sorted_order(hashes: Tensor, pad: Tensor, lp: int) -> Tensor:

@@ -149,12 +149,13 @@ def reformer_attention(
             allowed = chunk_mask(order_q, order_k, hashes_q, hashes_k, pad, m, across)
             plan = ChunkPlan(order_q, order_k, allowed, length, m, scale)
         del allowed  # the plan keeps its own (negated) copy
-        q_, k_, v_ = q.to(acc), k.to(acc), v.to(acc)
+        q_, k_, v_ = q.to(acc), None if shared_qk else k.to(acc), v.to(acc)
         if not torch.is_grad_enabled():  # no graph: the pass keeps nothing for a backward
-            q_, k_, v_ = q_.detach(), k_.detach(), v_.detach()
+            q_, v_ = q_.detach(), v_.detach()
+            k_ = None if k_ is None else k_.detach()
         out, lse = ChunkAttention.apply(  # (B, H, L, Dv), (B, H, L): the rounds merged
             q_,
-            q_ if shared_qk else k_,
+            q_ if k_ is None else k_,
             v_,
             plan,
             shared_qk,  # shared: unit rows of q as keys
