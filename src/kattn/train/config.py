@@ -282,6 +282,19 @@ class RunConfig:
         return config
 
 
+def load_run_config(run: str | Path, *, label: str | None = None) -> RunConfig:
+    """The config of the run folder ``run`` (its ``config.json``).
+
+    Raises:
+        ValueError: ``run`` holds no config.json (the message names it as ``label``, by
+            default the folder), or the file is malformed (:func:`load_config`).
+    """
+    path = Path(run) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{label or run} is not a run folder (no config.json)")
+    return load_config(path)
+
+
 def load_config(path: str | Path) -> RunConfig:
     """The config saved at ``path`` (a run's ``config.json``).
 

@@ -31,7 +31,7 @@ from ..nn.multihead import MultiheadAttention
 from ..registry import MECHANISMS
 from .bleu import Decoding
 from .checkpoint import BEST, LAST, load_checkpoint, save_checkpoint, save_json
-from .config import RunConfig, load_config
+from .config import RunConfig, load_run_config
 from .objective_base import SPLITS
 from .trained import load_trained_model
 from .translation import Translation, attention_plan
@@ -244,9 +244,7 @@ def _named(names: list[str]) -> Callable[[str, MultiheadAttention], bool]:
 
 
 def _translation_config(run: Path) -> RunConfig:
-    if not (run / "config.json").is_file():
-        raise ValueError(f"{run} is not a run folder (no config.json)")
-    config = load_config(run / "config.json")
+    config = load_run_config(run)
     if config.data.task != "translation":
         raise NotImplementedError(
             f"{run} is a {config.data.task} run: converting a trained model's attention is "

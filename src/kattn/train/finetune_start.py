@@ -11,7 +11,7 @@ from typing import Any
 from torch import Tensor
 
 from .checkpoint import BEST, LAST, load_checkpoint
-from .config import RunConfig, load_config
+from .config import RunConfig, load_run_config
 from .mlm_data import mlm_max_len
 
 #: the fields that shape a pre-trained encoder: a fine-tuned model takes them from its run.
@@ -51,10 +51,7 @@ def start_config(config: RunConfig) -> RunConfig:
             "task finetune needs a pre-trained run: give --from RUN (model.init_from), the "
             "folder of a kattn train --task mlm run"
         )
-    run = Path(start)
-    if not (run / "config.json").is_file():
-        raise ValueError(f"model.init_from={start!r} is not a run folder (no config.json)")
-    saved = load_config(run / "config.json")
+    saved = load_run_config(start, label=f"model.init_from={start!r}")
     if saved.data.task != "mlm":
         raise ValueError(
             f"model.init_from={start!r} is a run of task {saved.data.task}; fine-tuning starts "

@@ -15,11 +15,9 @@ from torch import nn
 
 from ..data import Tokenizer
 from .checkpoint import BEST, LAST, load_model_state
-from .config import RunConfig, load_config
+from .config import RunConfig, load_run_config
 from .distributed import Processes, resolve_device
 from .objectives import objective_of
-
-CONFIG = "config.json"
 
 
 def load_trained_model(
@@ -36,9 +34,7 @@ def load_trained_model(
     run = Path(run_dir)
     if checkpoint not in ("best", "last"):
         raise ValueError(f"checkpoint must be 'best' or 'last', got {checkpoint!r}")
-    if not (run / CONFIG).is_file():
-        raise ValueError(f"{run} is not a run folder (no {CONFIG})")
-    config = load_config(run / CONFIG)
+    config = load_run_config(run)
     target = resolve_device(device, Processes())
     model, tokenizer = objective_of(config).model_of_run(config, run)
     load_model_state(model, run / (BEST if checkpoint == "best" else LAST), target)
