@@ -3,7 +3,8 @@
 The text-classification loaders (:mod:`kattn.data.glue`, :mod:`kattn.data.agnews`) return
 :class:`TextExamples`; :func:`encode_examples` turns them into a
 :class:`~kattn.data.base.SequenceDataset` of ``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]``
-ids (Devlin et al. 2019, §3), padded to one length. :func:`hold_out` draws the seeded
+ids (Devlin et al. 2019, §3), padded to one length by :func:`rows_dataset` (which pads the
+rows of a Hugging Face tokenizer too). :func:`hold_out` draws the seeded
 validation part of a training set (GLUE and AG News have no labelled set of their own for
 choosing a checkpoint: their dev/test set is what is reported).
 """
@@ -14,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from .base import SequenceDataset
 
@@ -110,13 +112,35 @@ def encode_examples(
         while len(first) + len(second) > room:
             (first if len(first) > len(second) else second).pop()
         rows.append([special.cls, *first, special.sep, *second, special.sep])
-    largest = max([special.pad, *(max(row) for row in rows)])
-    dtype = torch.int16 if largest < 2**15 else torch.int32
-    tokens = torch.full((len(rows), max_len), special.pad, dtype=dtype)
-    lengths = torch.zeros(len(rows), dtype=torch.int64)
+    return rows_dataset(rows, examples.labels, special.pad, max_len), cut
+
+
+def padded(rows: Sequence[Sequence[int]], fill: int, max_len: int, dtype: torch.dtype) -> Tensor:
+    """``rows`` (each at most ``max_len`` long) as an ``(N, max_len)`` tensor of ``dtype``,
+    each row followed by ``fill``."""
+    out = torch.full((len(rows), max_len), fill, dtype=dtype)
     for i, row in enumerate(rows):
-        tokens[i, : len(row)] = torch.tensor(row, dtype=dtype)
-        lengths[i] = len(row)
-    regression = any(isinstance(label, float) for label in examples.labels)
-    labels = torch.tensor(examples.labels, dtype=torch.float32 if regression else torch.int64)
-    return SequenceDataset(tokens, lengths, labels), cut
+        out[i, : len(row)] = torch.tensor(row, dtype=dtype)
+    return out
+
+
+def rows_dataset(
+    rows: Sequence[Sequence[int]],
+    labels: Sequence[int] | Sequence[float],
+    pad: int,
+    max_len: int,
+    dtype: torch.dtype | None = None,
+) -> SequenceDataset:
+    """The dataset of id ``rows`` padded with ``pad`` to ``max_len``, their lengths and
+    ``labels``: int64 class ids, or float32 regression targets where one is a float.
+
+    ``dtype`` is that of the tokens; by default int16 where every id fits, else int32.
+    """
+    if dtype is None:
+        largest = max([pad, *(max(row) for row in rows if row)])
+        dtype = torch.int16 if largest < 2**15 else torch.int32
+    tokens = padded(rows, pad, max_len, dtype)
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.int64)
+    regression = any(isinstance(label, float) for label in labels)
+    targets = torch.tensor(labels, dtype=torch.float32 if regression else torch.int64)
+    return SequenceDataset(tokens, lengths, targets)

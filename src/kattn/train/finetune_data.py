@@ -11,6 +11,7 @@ labels: its dev sets are what is reported, and no checkpoint is chosen on them.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,24 +88,42 @@ def read_texts(
     return loaded.train, {"test": loaded.test}, ("accuracy",), loaded.classes, info
 
 
-def load_text_task(
-    config: RunConfig, tokenizer: Tokenizer, vocab: MLMVocab, max_len: int
+def encode_text_task(
+    config: RunConfig,
+    encode: Callable[[TextExamples], tuple[SequenceDataset, int]],
+    count_key: str,
+    max_len: int,
+    vocab: MLMVocab | None,
+    tokenizer: Any,
 ) -> TextTaskData:
-    """The text task of ``config.data``, encoded with ``tokenizer`` and ``vocab``'s special
-    ids in sequences of ``max_len`` tokens."""
+    """The text task of ``config.data``: its splits (train less the hold-out, valid, the
+    reported sets) each turned into rows by ``encode``, which also counts the examples that
+    ``info[count_key]`` records; ``vocab`` and ``tokenizer`` are those that encode."""
     train_all, sets, metrics, classes, info = read_texts(config)
     kept, held = split_train(len(train_all))
     texts = {"train": train_all.subset(kept), "valid": train_all.subset(held), **sets}
-    special = SpecialIds(vocab.pad_id, vocab.cls_id, vocab.sep_id)
-    splits, cut = {}, {}
+    splits, counted = {}, {}
     for name, examples in texts.items():
-        splits[name], cut[name] = encode_examples(examples, tokenizer.encode, special, max_len)
+        splits[name], counted[name] = encode(examples)
     info.update({
         "valid": f"{len(held)} train examples held out at random (seed {HOLD_OUT_SEED})",
         "sizes": {name: len(split) for name, split in splits.items()},
-        "truncated": cut,
+        count_key: counted,
         "max_len": max_len,
         "classes": list(classes) if classes is not None else None,
     })  # fmt: skip
     outputs = 1 if classes is None else len(classes)
     return TextTaskData(splits, outputs, metrics, classes, vocab, tokenizer, info)
+
+
+def load_text_task(
+    config: RunConfig, tokenizer: Tokenizer, vocab: MLMVocab, max_len: int
+) -> TextTaskData:
+    """The text task of ``config.data``, encoded with ``tokenizer`` and ``vocab``'s special
+    ids in sequences of ``max_len`` tokens (``info["truncated"]``: how many were cut)."""
+    special = SpecialIds(vocab.pad_id, vocab.cls_id, vocab.sep_id)
+
+    def encode(examples: TextExamples) -> tuple[SequenceDataset, int]:
+        return encode_examples(examples, tokenizer.encode, special, max_len)
+
+    return encode_text_task(config, encode, "truncated", max_len, vocab, tokenizer)

@@ -23,9 +23,9 @@ from torch import Tensor
 from transformers import AutoConfig, AutoTokenizer
 
 from ..data import SequenceDataset
-from ..data.text_examples import TextExamples
+from ..data.text_examples import TextExamples, padded, rows_dataset
 from .config import ModelConfig, RunConfig
-from .finetune_data import HOLD_OUT_SEED, TextTaskData, read_texts, split_train
+from .finetune_data import TextTaskData, encode_text_task
 from .hf_positions import hf_positions
 
 #: files of which a checkpoint's tokenizer needs at least one.
@@ -202,17 +202,10 @@ def encode_hf(examples: TextExamples, tokenizer: Any, max_len: int) -> tuple[HFR
     encoded = tokenizer(examples.texts, examples.pairs, truncation=True, max_length=max_len)
     ids, types = encoded["input_ids"], encoded.get("token_type_ids")
     dtype = torch.int16 if len(tokenizer) < 2**15 else torch.int32
-    tokens = torch.full((len(ids), max_len), tokenizer.pad_token_id, dtype=dtype)
-    segments = None if types is None else torch.zeros((len(ids), max_len), dtype=torch.int8)
-    lengths = torch.tensor([len(row) for row in ids], dtype=torch.int64)
-    for i, row in enumerate(ids):
-        tokens[i, : len(row)] = torch.tensor(row, dtype=dtype)
-        if segments is not None and types is not None:
-            segments[i, : len(row)] = torch.tensor(types[i], dtype=torch.int8)
-    regression = any(isinstance(label, float) for label in examples.labels)
-    labels = torch.tensor(examples.labels, dtype=torch.float32 if regression else torch.int64)
-    rows = HFRows(tokens, lengths, labels, types=segments)
-    return rows, int((lengths == max_len).sum())
+    data = rows_dataset(ids, examples.labels, tokenizer.pad_token_id, max_len, dtype)
+    segments = None if types is None else padded(types, 0, max_len, torch.int8)
+    rows = HFRows(data.tokens, data.lengths, data.labels, types=segments)
+    return rows, int((data.lengths == max_len).sum())
 
 
 def check_pad_ids(hf_config: Any, tokenizer: Any, source: Any) -> None:
@@ -238,20 +231,10 @@ def load_hf_task(config: RunConfig, run_dir: Path | None = None) -> HFTaskData:
     hf_config = AutoConfig.from_pretrained(source)
     check_pad_ids(hf_config, tokenizer, source)
     max_len = hf_max_len(config, hf_config, tokenizer)
-    train_all, sets, metrics, classes, info = read_texts(config)
-    kept, held = split_train(len(train_all))
-    texts = {"train": train_all.subset(kept), "valid": train_all.subset(held), **sets}
-    splits: dict[str, SequenceDataset] = {}
-    full: dict[str, int] = {}
-    for name, examples in texts.items():
-        splits[name], full[name] = encode_hf(examples, tokenizer, max_len)
-    info.update({
-        "valid": f"{len(held)} train examples held out at random (seed {HOLD_OUT_SEED})",
-        "sizes": {name: len(split) for name, split in splits.items()},
-        "filling_max_len": full,
-        "max_len": max_len,
-        "classes": list(classes) if classes is not None else None,
-        "tokenizer": f"{type(tokenizer).__name__} of {config.model.init_from_hf}",
-    })  # fmt: skip
-    outputs = 1 if classes is None else len(classes)
-    return HFTaskData(splits, outputs, metrics, classes, None, tokenizer, info, files=files)
+
+    def encode(examples: TextExamples) -> tuple[SequenceDataset, int]:
+        return encode_hf(examples, tokenizer, max_len)
+
+    data = encode_text_task(config, encode, "filling_max_len", max_len, None, tokenizer)
+    data.info["tokenizer"] = f"{type(tokenizer).__name__} of {config.model.init_from_hf}"
+    return HFTaskData(**vars(data), files=files)
