@@ -238,11 +238,12 @@ class FineTuning(TextClassification):
         return {**super().results(test, best), "init_from": str(start)}
 
 
-class FineTuningHF(FineTuning):
-    """:class:`FineTuning` of a local Hugging Face checkpoint (``model.init_from_hf``): its
+class FineTuningHF(TextClassification):
+    """Task ``finetune`` from a local Hugging Face checkpoint (``model.init_from_hf``): its
     model, a transformers sequence classifier running the run's mechanism, and its tokenizer
     (:mod:`kattn.train.finetune_hf`); the rest is :class:`TextClassification`'s."""
 
+    task = "finetune"
     if TYPE_CHECKING:
         data: HFTaskData
 
@@ -252,7 +253,7 @@ class FineTuningHF(FineTuning):
         _hf_data().check_hf_start(config)
 
     def __init__(self, config: RunConfig, data: TextTaskData) -> None:
-        TextClassification.__init__(self, config, data)
+        super().__init__(config, data)
         self.init_from = config.model.init_from_hf or ""
         self.run_files = getattr(data, "files", None)
 
@@ -294,7 +295,7 @@ class FineTuningHF(FineTuning):
         return results
 
     def results(self, test: dict[str, float], best: dict[str, float] | None) -> dict[str, Any]:
-        return {**TextClassification.results(self, test, best), "init_from_hf": self.init_from}
+        return {**super().results(test, best), "init_from_hf": self.init_from}
 
 
 def adopt_hf(config: RunConfig, given: set[str]) -> RunConfig:
