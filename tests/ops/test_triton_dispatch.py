@@ -9,6 +9,7 @@ test_triton_rpe_backend.py."""
 from __future__ import annotations
 
 import inspect
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -158,24 +159,31 @@ def test_a_row_with_every_key_padded_stays_finite(name: str) -> None:
         assert all(torch.isfinite(g).all() for g in grads)
 
 
-@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(
+    ("call", "causal"), [("attend", True), ("attend", False), ("prefill", True)]
+)
 def test_auto_keeps_shapes_beyond_the_checked_sizes_on_the_pytorch_path(
-    monkeypatch: pytest.MonkeyPatch, causal: bool
+    call: str, causal: bool
 ) -> None:
+    """On CUDA (``x`` stands for a CUDA tensor: only its device and dtype are read), ``"auto"``
+    sends an attend or prefill whose state exceeds the checked sizes to the PyTorch path and
+    one within them to the kernels; ``"triton"`` runs the kernels as asked."""
     from kattn.aggregator import LinearAggregator
-    from kattn.ops.triton import causal_linear, noncausal_linear
-    from kattn.ops.triton.dispatch import MAX_KERNEL_FEATURES, TritonLinearAggregator
+    from kattn.ops.triton.dispatch import MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("a kernel ran on features beyond the checked sizes")
+    plain = LinearAggregator(num_heads=2)
+    cuda = SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)
 
-    monkeypatch.setattr(causal_linear, "causal_linear_attention_triton", refuse)
-    monkeypatch.setattr(noncausal_linear, "linear_attention_triton", refuse)
-    g = torch.Generator().manual_seed(0)
-    m = MAX_KERNEL_FEATURES + 1
-    fq, fk = (torch.rand(1, 2, 9, m, generator=g, dtype=torch.float64) for _ in range(2))
-    v = torch.randn(1, 2, 9, 4, generator=g, dtype=torch.float64)
-    auto = TritonLinearAggregator(num_heads=2)
-    auto.keep_large = True
-    got = auto.attend(fq, fk, v, causal=causal)
-    close(got, LinearAggregator(num_heads=2).attend(fq, fk, v, causal=causal))
+    def chosen(backend: str, m: int, dv: int):
+        fq, fk = torch.zeros(2, 1, 2, 9, m, dtype=torch.float64)
+        v = torch.zeros(1, 2, 9, dv, dtype=torch.float64)
+        return dispatch.select_aggregator(
+            backend, plain, cuda, call=call, causal=causal, features=(fq, fk, v)
+        )
+
+    assert chosen("auto", MAX_KERNEL_FEATURES + 1, 4) is plain
+    assert chosen("auto", 8, MAX_KERNEL_VALUES + 1) is plain
+    fits = chosen("auto", MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES)
+    assert isinstance(fits, dispatch.TritonLinearAggregator)
+    asked = chosen("triton", MAX_KERNEL_FEATURES + 1, MAX_KERNEL_VALUES + 1)
+    assert isinstance(asked, dispatch.TritonLinearAggregator)

@@ -96,21 +96,32 @@ def test_auto_keeps_the_cpu_on_the_pytorch_path(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_auto_keeps_the_fft_where_the_encoding_would_choose_it(monkeypatch):
-    """Under ``"auto"``, a Toeplitz encoding of method ``"auto"`` whose own choice is the FFT
-    (long sequences) runs its FFT path, not the exact O(L²) kernel; ``"triton"`` runs the
-    kernel as asked."""
+    """Under ``"auto"`` on CUDA (``x`` stands for a CUDA tensor: only its device and dtype are
+    read), a Toeplitz encoding of method ``"auto"`` whose own choice is the FFT (long
+    sequences) keeps its own ``attend`` (the FFT), not the exact O(L²) kernel, and so does a
+    state beyond the checked sizes; where it would choose the exact form the kernel runs, and
+    ``"triton"`` runs the kernel as asked."""
+    from kattn.ops.triton.dispatch import MAX_KERNEL_FEATURES
+
     attn = kattn.build("nprf_rpe", head_dim=D, num_heads=H, max_len=32, rpe="toeplitz")
     encoding = attn.rpe
+    choice = ["fft"]
     calls: list[str] = []
-    monkeypatch.setattr(type(encoding), "_auto_method", lambda *a: "fft")
+    monkeypatch.setattr(type(encoding), "_auto_method", lambda *a: choice[0])
     monkeypatch.setattr(dispatch, "rpe_attend_triton", lambda *a, **k: calls.append("kernel"))
     g = torch.Generator().manual_seed(0)
     phi_q, phi_k = torch.rand(2, B, H, L, 8, generator=g, dtype=torch.float64)
     v = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
-    kept = dispatch.TritonEncodingAggregator(encoding, keep_fft=True)
-    out = kept.attend(phi_q, phi_k, v, causal=True)
-    assert calls == []
-    expected = encoding.attend(phi_q, phi_k, v, causal=True)
-    assert torch.equal(out, expected)
-    dispatch.TritonEncodingAggregator(encoding, keep_fft=False).attend(phi_q, phi_k, v)
+    cuda = SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)
+
+    def chosen(backend: str, features=(phi_q, phi_k, v)):
+        return dispatch.select_aggregator(backend, encoding, cuda, call="attend", features=features)
+
+    assert chosen("auto") is encoding
+    chosen("triton").attend(phi_q, phi_k, v)
     assert calls == ["kernel"]
+    choice[0] = "dense"
+    chosen("auto").attend(phi_q, phi_k, v)
+    assert calls == ["kernel", "kernel"]
+    wide = torch.rand(B, H, L, MAX_KERNEL_FEATURES + 1, generator=g, dtype=torch.float64)
+    assert chosen("auto", (wide, wide, v)) is encoding

@@ -139,13 +139,20 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
         return self.aggregator
 
     def _aggregator_for(
-        self, x: Tensor, call: str, *, causal: bool = True, tensors: tuple[object, ...] = ()
+        self,
+        x: Tensor,
+        call: str,
+        *,
+        causal: bool = True,
+        tensors: tuple[object, ...] = (),
+        features: tuple[Tensor, Tensor, Tensor] | None = None,
     ) -> Aggregator:
         """The aggregator ``backend`` runs this call with (``"attend"``, ``"step"`` or
-        ``"prefill"`` on inputs like ``x``): the Triton kernels or :attr:`aggregator`."""
+        ``"prefill"`` on inputs like ``x``; ``features`` its ``(phi_q, phi_k, v)``): the
+        Triton kernels or :attr:`aggregator`."""
         return select_aggregator(
             self.backend, self.aggregator, x, call=call, causal=causal,
-            chunk_size=self.chunk_size, tensors=tensors,
+            chunk_size=self.chunk_size, tensors=tensors, features=features,
         )  # fmt: skip
 
     # ------------------------------------------------------------------------------ maths
@@ -165,8 +172,10 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
         if self.training:
             self.feature_map.training_step()
         fk = self.features(k)
-        return self._aggregator_for(v, "attend", causal=causal).attend(
-            self.query_features(q),
+        fq = self.query_features(q)
+        features = (fq, fk.values, v)
+        return self._aggregator_for(v, "attend", causal=causal, features=features).attend(
+            fq,
             fk.values,
             v,
             causal=causal,
@@ -218,7 +227,11 @@ class KernelizedAttention(EncodedAttention, FeatureMapAttention):
     def _prefill(self, q: Tensor, k: Tensor, v: Tensor, state: Any) -> tuple[Tensor, Any]:
         fk = self.features(k)
         fq = self.query_features(q)
-        return self._aggregator_for(v, "prefill", tensors=(fq, *fk, v, state)).prefill(
+        features = (fq, fk.values, v)
+        aggregator = self._aggregator_for(
+            v, "prefill", tensors=(fq, *fk, v, state), features=features
+        )
+        return aggregator.prefill(
             fq,
             fk.values,
             v,

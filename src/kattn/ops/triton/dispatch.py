@@ -10,7 +10,9 @@
   encoding without a kernel already at construction; CUDA tensors, or CPU tensors in
   Triton's interpreter (``TRITON_INTERPRET=1``).
 * ``"auto"`` (the default) — the kernels when they cover the call, the tensors are on CUDA
-  in fp32/fp16/bf16 and triton imports; else the PyTorch path. On the CPU nothing changes.
+  in fp32/fp16/bf16, triton imports and the state is within the checked sizes
+  (:func:`kernels_fit`), except where an encoding of method ``"auto"`` would choose its FFT;
+  else the PyTorch path. On the CPU nothing changes. :func:`use_triton` alone decides.
 
 This module imports triton only when a kernel is chosen, so ``kattn`` works without it.
 """
@@ -111,8 +113,22 @@ def _flat(items: Iterable[object]) -> list[Tensor]:
     return found
 
 
-def use_triton(backend: str, gap: str | None, x: Tensor) -> bool:
+def use_triton(
+    backend: str,
+    gap: str | None,
+    x: Tensor,
+    *,
+    aggregator: Aggregator | None = None,
+    features: tuple[Tensor, Tensor, Tensor] | None = None,
+    causal: bool = True,
+) -> bool:
     """Whether ``backend`` runs the kernels on inputs like ``x``, given :func:`kernel_gap`.
+
+    Under ``"auto"`` they run when they cover the call, ``x`` is a CUDA tensor other than
+    fp64 and triton imports; given the ``features`` ``(phi_q, phi_k, v)`` of an ``attend`` or
+    ``prefill`` of ``aggregator`` (``causal`` or not), also when the state fits
+    (:func:`kernels_fit`) and ``aggregator`` is no encoding of method ``"auto"`` that would
+    choose its FFT (long sequences: O(L log L) against the kernel's exact O(L²)).
 
     Raises:
         NotImplementedError: ``backend="triton"`` and the kernels do not cover the call.
@@ -123,7 +139,9 @@ def use_triton(backend: str, gap: str | None, x: Tensor) -> bool:
         return False
     if backend == "auto":
         fits = x.device.type == "cuda" and x.dtype != torch.float64
-        return gap is None and fits and triton_importable()
+        if gap is not None or not fits or not triton_importable():
+            return False
+        return features is None or not _auto_keeps_pytorch(aggregator, *features, causal=causal)
     if gap is not None:
         raise NotImplementedError(
             f"backend='triton' does not cover this call: {gap}. Use backend='auto' to fall back "
@@ -139,6 +157,20 @@ def use_triton(backend: str, gap: str | None, x: Tensor) -> bool:
             f"set before triton is imported; got {x.device.type} tensors"
         )
     return True
+
+
+def _auto_keeps_pytorch(
+    aggregator: Aggregator | None, phi_q: Tensor, phi_k: Tensor, v: Tensor, *, causal: bool
+) -> bool:
+    """Whether ``"auto"`` keeps covered sums on the PyTorch path: a state beyond the checked
+    sizes, or an encoding of method ``"auto"`` whose own choice for the call is the FFT."""
+    if not kernels_fit(phi_q, v):
+        return True
+    return (
+        isinstance(aggregator, RelativePositionBias)
+        and aggregator.method == "auto"
+        and aggregator._auto_method(phi_q, phi_k, v, causal) == "fft"
+    )
 
 
 def refuse_uncovered(backend: str, aggregator: Aggregator) -> None:
@@ -162,26 +194,27 @@ def select_aggregator(
     causal: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     tensors: Iterable[object] = (),
+    features: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> Aggregator:
     """The aggregator that ``backend`` runs for this call on inputs like ``x``: a
     :class:`TritonLinearAggregator`, a :class:`TritonEncodingAggregator` or ``aggregator``
-    itself (arguments as :func:`kernel_gap`; errors as :func:`use_triton`)."""
+    itself (arguments as :func:`kernel_gap`; ``features``, the ``(phi_q, phi_k, v)`` of an
+    ``attend`` or ``prefill``, for ``"auto"``'s choice; errors as :func:`use_triton`)."""
     if backend == "torch" or (backend == "auto" and x.device.type != "cuda"):
         return aggregator
     gap = kernel_gap(aggregator, call=call, causal=causal, chunk_size=chunk_size, tensors=tensors)
-    if not use_triton(backend, gap, x):
+    if not use_triton(backend, gap, x, aggregator=aggregator, features=features, causal=causal):
         return aggregator
-    auto = backend == "auto"
     if type(aggregator) is not LinearAggregator:
-        return TritonEncodingAggregator(aggregator, keep_fft=auto, keep_large=auto)
-    return triton_linear_aggregator(aggregator.num_heads, keep_large=auto)
+        return TritonEncodingAggregator(aggregator)
+    return triton_linear_aggregator(aggregator.num_heads)
 
 
 @functools.cache
-def triton_linear_aggregator(num_heads: int, *, keep_large: bool) -> TritonLinearAggregator:
-    """The :class:`TritonLinearAggregator` of ``num_heads`` heads: one per setting, made once
-    (it holds no tensors), not at every decoding step."""
-    return TritonLinearAggregator(num_heads=num_heads, keep_large=keep_large)
+def triton_linear_aggregator(num_heads: int) -> TritonLinearAggregator:
+    """The :class:`TritonLinearAggregator` of ``num_heads`` heads, made once (it holds no
+    tensors), not at every decoding step."""
+    return TritonLinearAggregator(num_heads=num_heads)
 
 
 #: the most features and value columns whose kernels are known to fit the shared memory of an
@@ -198,23 +231,14 @@ class TritonEncodingAggregator(Aggregator):
     """A relative positional encoding's ``attend`` by its Triton kernel
     (:func:`~kattn.ops.triton.rpe_dispatch.rpe_attend_triton`): the same result, gradients
     reaching the encoding's own parameters; it holds the encoding without owning it (no
-    parameters, no state_dict of its own).
-
-    With ``keep_fft`` (backend ``"auto"``), an encoding of method ``"auto"`` whose own choice
-    for the call is the FFT (long sequences: O(L log L) against the kernel's exact O(L²))
-    runs its PyTorch FFT path instead of the kernel.
-    """
+    parameters, no state_dict of its own)."""
 
     supports_recurrent = False
     encoding: Aggregator
 
-    def __init__(
-        self, encoding: Aggregator, *, keep_fft: bool = False, keep_large: bool = False
-    ) -> None:
+    def __init__(self, encoding: Aggregator) -> None:
         super().__init__()
         self.__dict__["encoding"] = encoding  # not a child module: the mechanism owns it
-        self.keep_fft = keep_fft
-        self.keep_large = keep_large
 
     def attend(
         self,
@@ -232,19 +256,6 @@ class TritonEncodingAggregator(Aggregator):
     ) -> Tensor:
         """:func:`~kattn.ops.triton.rpe_dispatch.rpe_attend_triton` of the encoding
         (``block_size`` and ``positive_features`` tune the PyTorch paths only)."""
-        encoding = self.encoding
-        too_large = self.keep_large and not kernels_fit(phi_q, v)
-        if too_large or (
-            self.keep_fft
-            and getattr(encoding, "method", None) == "auto"
-            and isinstance(encoding, RelativePositionBias)
-            and encoding._auto_method(phi_q, phi_k, v, causal) == "fft"
-        ):
-            return encoding.attend(
-                phi_q, phi_k, v, causal=causal, k_log_scale=k_log_scale,
-                key_padding_mask=key_padding_mask, chunk_size=chunk_size,
-                block_size=block_size, eps=eps, positive_features=positive_features,
-            )  # fmt: skip
         return rpe_attend_triton(
             self.encoding, phi_q, phi_k, v, causal=causal, k_log_scale=k_log_scale,
             key_padding_mask=key_padding_mask, chunk_size=chunk_size, eps=eps,
@@ -253,13 +264,7 @@ class TritonEncodingAggregator(Aggregator):
 
 class TritonLinearAggregator(LinearAggregator):
     """:class:`~kattn.aggregator.LinearAggregator` by the Triton kernels: the same results,
-    the same state; ``block_size`` (a memory knob of the PyTorch path) does not apply. With
-    ``keep_large`` (backend ``"auto"``), ``attend`` and ``prefill`` on more features or value
-    columns than :func:`kernels_fit` allows run the PyTorch path."""
-
-    def __init__(self, *, num_heads: int, keep_large: bool = False) -> None:
-        super().__init__(num_heads=num_heads)
-        self.keep_large = keep_large
+    the same state; ``block_size`` (a memory knob of the PyTorch path) does not apply."""
 
     def attend(
         self,
@@ -280,11 +285,6 @@ class TritonLinearAggregator(LinearAggregator):
         options: dict[str, Any] = dict(
             k_log_scale=k_log_scale, key_padding_mask=key_padding_mask, eps=eps
         )
-        if self.keep_large and not kernels_fit(phi_q, v):
-            return super().attend(
-                phi_q, phi_k, v, causal=causal, chunk_size=chunk_size, block_size=block_size,
-                positive_features=positive_features, **options,
-            )  # fmt: skip
         if causal:
             from .causal_linear import causal_linear_attention_triton
 
@@ -322,11 +322,6 @@ class TritonLinearAggregator(LinearAggregator):
         **kwargs: Any,
     ) -> tuple[Tensor, LinearState]:
         """:func:`~kattn.ops.triton.causal_linear.causal_linear_prefill_triton`."""
-        if self.keep_large and not kernels_fit(phi_q, v):
-            return super().prefill(
-                phi_q, phi_k, v, state, k_log_scale=k_log_scale, eps=eps,
-                chunk_size=chunk_size, block_size=block_size, **kwargs,
-            )  # fmt: skip
         from .causal_linear import causal_linear_prefill_triton
 
         return causal_linear_prefill_triton(
