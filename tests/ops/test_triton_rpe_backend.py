@@ -7,6 +7,8 @@ fall back under ``"auto"``, and the CPU stays on the PyTorch path under ``"auto"
 
 from __future__ import annotations
 
+import gc
+import weakref
 from types import SimpleNamespace
 
 import pytest
@@ -56,6 +58,22 @@ def test_triton_equals_torch_outputs_and_gradients(name: str, causal: bool) -> N
     got, want = gradients(outs, (fast, slow), (q, k, v))
     assert sum(g.abs().sum() for g in got[3:] if g is not None) > 0  # the encoding learns
     close_gradients(got, want)
+
+
+def test_the_kernel_aggregator_is_made_once_per_encoding_and_lets_it_go() -> None:
+    fast, _ = _encoded_pair("decay")
+    v = inputs()[2]
+    chosen = fast._aggregator_for(v, "attend")
+    assert isinstance(chosen, dispatch.TritonEncodingAggregator) and chosen.encoding is fast.rpe
+    assert fast._aggregator_for(v, "attend") is chosen
+    other, _ = _encoded_pair("bucketed")
+    assert other._aggregator_for(v, "attend").encoding is other.rpe
+    gone = weakref.ref(fast.rpe)
+    del fast
+    gc.collect()
+    assert gone() is None
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        _ = chosen.encoding
 
 
 def test_encodings_without_a_kernel_are_refused_at_construction() -> None:

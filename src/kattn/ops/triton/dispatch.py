@@ -20,6 +20,7 @@ This module imports triton only when a kernel is chosen, so ``kattn`` works with
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -206,7 +207,7 @@ def select_aggregator(
     if not use_triton(backend, gap, x, aggregator=aggregator, features=features, causal=causal):
         return aggregator
     if type(aggregator) is not LinearAggregator:
-        return TritonEncodingAggregator(aggregator)
+        return triton_encoding_aggregator(aggregator)
     return triton_linear_aggregator(aggregator.num_heads)
 
 
@@ -215,6 +216,21 @@ def triton_linear_aggregator(num_heads: int) -> TritonLinearAggregator:
     """The :class:`TritonLinearAggregator` of ``num_heads`` heads, made once (it holds no
     tensors), not at every decoding step."""
     return TritonLinearAggregator(num_heads=num_heads)
+
+
+#: encoding → its :class:`TritonEncodingAggregator`; an entry goes with its encoding.
+_ENCODING_AGGREGATORS: weakref.WeakKeyDictionary[Aggregator, TritonEncodingAggregator] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def triton_encoding_aggregator(encoding: Aggregator) -> TritonEncodingAggregator:
+    """The :class:`TritonEncodingAggregator` of ``encoding``, made once per encoding, not at
+    every call."""
+    found = _ENCODING_AGGREGATORS.get(encoding)
+    if found is None:
+        found = _ENCODING_AGGREGATORS[encoding] = TritonEncodingAggregator(encoding)
+    return found
 
 
 #: the most features and value columns whose kernels are known to fit the shared memory of an
@@ -230,15 +246,23 @@ def kernels_fit(phi_q: Tensor, v: Tensor) -> bool:
 class TritonEncodingAggregator(Aggregator):
     """A relative positional encoding's ``attend`` by its Triton kernel
     (:func:`~kattn.ops.triton.rpe_dispatch.rpe_attend_triton`): the same result, gradients
-    reaching the encoding's own parameters; it holds the encoding without owning it (no
-    parameters, no state_dict of its own)."""
+    reaching the encoding's own parameters. It refers to the encoding without owning it or
+    keeping it alive (no parameters, no state_dict of its own; a weak reference, so that
+    :func:`triton_encoding_aggregator`'s cache lets the encoding go)."""
 
     supports_recurrent = False
-    encoding: Aggregator
 
     def __init__(self, encoding: Aggregator) -> None:
         super().__init__()
-        self.__dict__["encoding"] = encoding  # not a child module: the mechanism owns it
+        self._encoding = weakref.ref(encoding)  # not a child module: the mechanism owns it
+
+    @property
+    def encoding(self) -> Aggregator:
+        """The encoding whose ``attend`` the kernel computes."""
+        encoding = self._encoding()
+        if encoding is None:
+            raise RuntimeError("the encoding of this TritonEncodingAggregator no longer exists")
+        return encoding
 
     def attend(
         self,
