@@ -91,7 +91,8 @@ def hf_config(start: Path, data: Path, *overrides: str, given: tuple[str, ...] =
 def test_a_run_trains_resumes_and_saves_a_model(
     checkpoint: Path, agnews: Path, tmp_path: Path
 ) -> None:
-    config = hf_config(checkpoint, agnews)
+    data = shutil.copytree(agnews, tmp_path / "data")  # deleted at the end
+    config = hf_config(checkpoint, data)
     model = config.model
     assert (model.dim, model.num_layers, model.num_heads, model.ffn_dim) == (16, 2, 2, 32)
     assert (model.dropout, model.attention_dropout, model.pooling) == (0.1, 0.0, "mean")
@@ -123,6 +124,10 @@ def test_a_run_trains_resumes_and_saves_a_model(
     torch.testing.assert_close(model(input_ids=tokens).logits, trained(tokens))
     again = evaluate_saved_run(tmp_path / "whole", "test")
     assert again["loss"] == pytest.approx(whole["test_loss"], rel=1e-6)
+    # the run folder alone gives the model: its hf/config.json holds the head
+    shutil.rmtree(data)
+    alone, _, _ = load_trained_model(tmp_path / "whole")
+    torch.testing.assert_close(alone(tokens), trained(tokens), rtol=0, atol=0)
 
 
 def test_command_line_runs_performer(checkpoint: Path, agnews: Path, tmp_path: Path) -> None:

@@ -263,8 +263,9 @@ class FineTuningHF(TextClassification):
 
     @classmethod
     def model_of_run(cls, config: RunConfig, run_dir: Path) -> tuple[nn.Module, Tokenizer | None]:
-        """The classifier of the run folder's config (the task's data read again)."""
-        return _hf().hf_classifier(config, cls.load_data(config, run_dir)), None
+        """The classifier of the Hugging Face config saved in the run folder (its ``hf/``,
+        which holds the task's head): the task's data is not read."""
+        return _hf().run_classifier(config, _hf_data().run_files(run_dir)), None
 
     def build_model(self, config: RunConfig) -> nn.Module:
         return _hf().hf_classifier(config, self.data)

@@ -13,9 +13,11 @@ The classifier is a new head of ``num_labels`` outputs (``problem_type`` regress
 STS-B); padding goes to the model as its ``attention_mask``, so padded keys count nowhere.
 
 The run folder keeps, in :data:`~kattn.train.finetune_hf_data.RUN_FILES`, the checkpoint's
-tokenizer and config (written when the run starts), so resuming, ``kattn eval`` and
-:func:`kattn.train.load_trained_model` need only the run folder; at the end the best model
-is written there too by ``save_pretrained``, for :func:`kattn.hf.from_pretrained`.
+tokenizer and config (written when the run starts), so resuming and ``kattn eval`` need
+the run folder and the data, not the checkpoint, and
+:func:`kattn.train.load_trained_model` the run folder alone (the saved config holds the
+task's head: :func:`run_classifier`); at the end the best model is written there too by
+``save_pretrained``, for :func:`kattn.hf.from_pretrained`.
 """
 
 from __future__ import annotations
@@ -89,20 +91,27 @@ def check_start_head(start: str, data: HFTaskData) -> None:
 
 
 def hf_classifier(config: RunConfig, data: HFTaskData) -> HFClassifier:
-    """The classifier of a run: the checkpoint's weights and a new head (a new run), or the
-    run folder's config with fresh weights (for a checkpoint of the run to load)."""
-    name, options = config.attention.name, dict(config.attention.options)
-    if data.files is None:
-        start = str(check_hf_checkpoint(config.model.init_from_hf or ""))
-        check_start_head(start, data)
-        model = from_pretrained(
-            AutoModelForSequenceClassification, start, name, options=options,
-            dtype=torch.float32, ignore_mismatched_sizes=True, **_problem(data),
-        )  # fmt: skip
-    else:
-        hf_config = AutoConfig.from_pretrained(data.files, **_problem(data))
-        model = AutoModelForSequenceClassification.from_config(hf_config, dtype=torch.float32)
-        use(model, name, **options)
+    """The classifier of a run: the checkpoint's weights and a new head (a new run), or
+    :func:`run_classifier` (a resumed run, whose checkpoint then loads)."""
+    if data.files is not None:
+        return run_classifier(config, data.files)
+    start = str(check_hf_checkpoint(config.model.init_from_hf or ""))
+    check_start_head(start, data)
+    model = from_pretrained(
+        AutoModelForSequenceClassification, start, config.attention.name,
+        options=dict(config.attention.options), dtype=torch.float32,
+        ignore_mismatched_sizes=True, **_problem(data),
+    )  # fmt: skip
+    return HFClassifier(model)
+
+
+def run_classifier(config: RunConfig, files: Path) -> HFClassifier:
+    """The classifier of a run folder's :data:`~kattn.train.finetune_hf_data.RUN_FILES`
+    (``files``): its saved config, which holds the task's head, with fresh weights and the
+    run's mechanism, for a checkpoint of the run to load; the task's data is not read."""
+    hf_config = AutoConfig.from_pretrained(files)
+    model = AutoModelForSequenceClassification.from_config(hf_config, dtype=torch.float32)
+    use(model, config.attention.name, **config.attention.options)
     return HFClassifier(model)
 
 

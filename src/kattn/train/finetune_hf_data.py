@@ -220,12 +220,19 @@ def check_pad_ids(hf_config: Any, tokenizer: Any, source: Any) -> None:
         )
 
 
+def run_files(run_dir: str | Path) -> Path:
+    """The :data:`RUN_FILES` folder of run folder ``run_dir`` (a ``ValueError`` without
+    one)."""
+    files = Path(run_dir) / RUN_FILES
+    if not files.is_dir():
+        raise ValueError(f"{run_dir} holds no {RUN_FILES}/ folder of a --from-hf run")
+    return files
+
+
 def load_hf_task(config: RunConfig, run_dir: Path | None = None) -> HFTaskData:
     """The text task of ``config.data`` encoded by the tokenizer of checkpoint
     ``model.init_from_hf``, or of run folder ``run_dir``'s copy of it."""
-    files = None if run_dir is None else Path(run_dir) / RUN_FILES
-    if files is not None and not files.is_dir():
-        raise ValueError(f"{run_dir} holds no {RUN_FILES}/ folder of a --from-hf run")
+    files = None if run_dir is None else run_files(run_dir)
     source = files or check_hf_checkpoint(config.model.init_from_hf or "")
     tokenizer = AutoTokenizer.from_pretrained(source)
     hf_config = AutoConfig.from_pretrained(source)
