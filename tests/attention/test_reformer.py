@@ -12,6 +12,7 @@ import torch
 
 import kattn
 from kattn.functional import (
+    lsh,
     lsh_buckets,
     reformer_attention,
     reformer_attention_reference,
@@ -46,7 +47,8 @@ def _brute_force(q, k, v, rotations, *, m, pad, shared_qk, across):
     sliding window, has its own pairwise test among the functional tests): per round, sort by
     (bucket, position) with padded positions last, chunk of m, keys of the own and the
     previous chunk (the same bucket unless ``across``), not itself, not padded; one softmax
-    over the union of the rounds with each key once; the own value when the union is empty."""
+    over the union of the rounds with each key once; the own value when the union is empty
+    (zero for a padded query, which reads nothing)."""
     hq = lsh_buckets(q, rotations)
     hk = hq if shared_qk else lsh_buckets(k, rotations)
     keys = q / q.norm(dim=-1, keepdim=True) if shared_qk else k
@@ -64,6 +66,8 @@ def _brute_force(q, k, v, rotations, *, m, pad, shared_qk, across):
                     order = sorted(range(length), key=sort_key.__getitem__)
                     chunk_of.append({pos: slot // m for slot, pos in enumerate(order)})
             for i in range(length):
+                if p[i]:  # a padded query reads nothing
+                    continue
                 union = set()
                 for r in range(rotations.shape[2]):
                     for j in range(length):
@@ -97,8 +101,9 @@ def test_the_hash_is_the_argmax_over_the_rotations_and_their_negations():
     )
 
 
-def test_the_hash_in_float32_over_many_slices_with_shared_rotations():
-    # 2,000 positions × 2 heads × 2 rounds × 64 directions: hashed in several slices
+def test_the_hash_in_float32_over_many_slices_with_shared_rotations(monkeypatch):
+    # 2,000 positions × 2 heads × 2 rounds × 64 directions, hashed 64 positions at a time
+    monkeypatch.setattr(lsh, "_HASH_ELEMENTS", 64 * 2 * 2 * 64)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1, 2, 2000, 32, generator=g)
     rot = torch.randn(1, 32, 2, 64, generator=g)  # one set for every head
@@ -318,6 +323,25 @@ def test_padded_positions_count_nowhere_even_as_queries_in_the_sort():
     for row in range(2):
         keep = ~pad[row]
         assert_close(out2[row][:, keep], out[row][:, keep])
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_nan_in_padded_queries_reaches_no_real_output_or_gradient_with_shared_qk(causal):
+    """With shared QK the keys are q's rows: NaN in padded rows of q changes neither the real
+    positions' outputs nor the gradients of the real rows of q and v."""
+    attn = _build(bucket_size=4)
+    pad = padding_mask(2, 29, (0, 7))
+    where = pad[:, None, :, None]
+    results = []
+    for fill in (0.0, float("nan")):
+        q, k, v = qkv(2, H, 29)
+        q = q.masked_fill(where, fill).requires_grad_()
+        v.requires_grad_()
+        out = attn(q, k, v, causal=causal, key_padding_mask=pad)
+        real = out.masked_fill(where, 0.0)  # the loss reads the real positions only
+        results.append((real, *grads(real, q, v)))
+    for clean, dirty in zip(*results, strict=True):
+        assert_close(dirty.masked_fill(where, 0.0), clean.masked_fill(where, 0.0))
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -16,7 +16,7 @@ query i may read the keys of its own chunk and of the chunk before it (the paper
   causal sequence);
 - positions marked by ``key_padding_mask`` are sorted after every real position (as if in a
   last bucket of their own, as HF does), so that the real tokens' chunks do not depend on
-  them, and they count nowhere.
+  them; they count nowhere and, as queries, read nothing (their output is zero).
 
 The rounds are combined as one softmax over the union ``P_i = ∪_r P_i^(r)`` in which a key
 found in several rounds counts once: the paper's multi-round correction (§2, App. A)
@@ -70,7 +70,7 @@ from torch import Tensor
 from ..checks import positive_int
 from .lsh import dense_rank, lsh_buckets, reformer_num_buckets, sorted_order
 from .numerics import accumulation_dtype, autocast_off
-from .reformer_chunks import ChunkAttention, ChunkPlan
+from .reformer_chunks import ChunkAttention, ChunkPlan, row_norms
 from .reformer_patterns import causal_layout, chunk_mask
 
 __all__ = [
@@ -141,24 +141,27 @@ def reformer_attention(
         order_q = sorted_order(hashes_q, pad, lp)  # (B, H, R, Lp), filler slots: 0
         order_k = order_q if shared_qk else sorted_order(hashes_k, pad, lp)
         if bool(pad.any()):  # padded rows become zeros, so no NaN stored there gets through
-            k, v = (x.masked_fill(pad[:, None, :, None], 0.0) for x in (k, v))
+            q, k, v = (x.masked_fill(pad[:, None, :, None], 0.0) for x in (q, k, v))
+        if shared_qk:
+            k = q  # the keys are q's own rows: the chunked pass gathers them once
         if causal:  # the same-bucket sliding window, blocks reading three key chunks
             blocks, starts, allowed = causal_layout(order_q, order_k, hashes_q, hashes_k, pad, m)
             plan = ChunkPlan(blocks, order_k, allowed, length, m, scale, starts)
         else:
             allowed = chunk_mask(order_q, order_k, hashes_q, hashes_k, pad, m, across)
-            plan = ChunkPlan(order_q, order_k, allowed, length, m, scale)
+            plan = ChunkPlan(order_q, order_k, allowed, length, m, scale, same_order=shared_qk)
         del allowed  # the plan keeps its own (negated) copy
-        q_, k_, v_ = q.to(acc), None if shared_qk else k.to(acc), v.to(acc)
+        q_, v_ = q.to(acc), v.to(acc)
+        k_ = q_ if k is q else k.to(acc)
         if not torch.is_grad_enabled():  # no graph: the pass keeps nothing for a backward
             q_, v_ = q_.detach(), v_.detach()
-            k_ = None if k_ is None else k_.detach()
+            k_ = q_ if k is q else k_.detach()
         out, lse = ChunkAttention.apply(  # (B, H, L, Dv), (B, H, L): the rounds merged
             q_,
-            q_ if k_ is None else k_,
+            k_,
             v_,
             plan,
-            shared_qk,  # shared: unit rows of q as keys
+            shared_qk,  # shared: the keys are k's rows made unit rows
         )
         empty = torch.isinf(lse).nonzero(as_tuple=True)
         if empty[0].numel():  # no round reads a key (e.g. the first causal token): own value
@@ -209,6 +212,7 @@ def reformer_attention_reference(
         if not attend_across_buckets:
             held &= hq[..., :, None] == hk[..., None, :]
         held &= (i[None, :] != i[:, None]) & ~pad[:, None, None, None, :]
+        held &= ~pad[:, None, None, :, None]  # padded queries read nothing
     count = held.sum(dim=2, keepdim=True)  # N_ij
     logits = torch.einsum("bhid,bhjd->bhij", q_, k_)[:, :, None] * scale
     logits = logits - torch.log(count.clamp_min(1).to(acc))
@@ -252,4 +256,4 @@ def _padding(key_padding_mask: Tensor | None, b: int, length: int, device: torch
 
 def _unit(x: Tensor) -> Tensor:
     """``x/‖x‖`` over the last dim (a zero vector stays zero)."""
-    return x / x.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+    return x / row_norms(x)

@@ -29,7 +29,7 @@ from torch.autograd.function import once_differentiable
 
 from .lsh import slots
 
-__all__ = ["ChunkAttention", "ChunkPlan"]
+__all__ = ["ChunkAttention", "ChunkPlan", "row_norms"]
 
 #: score elements computed at once (the blocks are processed in groups of about this size).
 _CHUNK_ELEMENTS = 1 << 20
@@ -57,6 +57,7 @@ class ChunkPlan:
         scale: the logit scale.
         starts: ``(B, H, R, NB)``, the first key chunk of each block's window counted from
             ``span − 1`` front filler chunks; None: block n reads key chunks n − 1 and n.
+        same_order: ``order_k`` is ``order_q`` (shared QK, consecutive windows only).
     """
 
     def __init__(
@@ -68,6 +69,8 @@ class ChunkPlan:
         m: int,
         scale: float,
         starts: Tensor | None = None,
+        *,
+        same_order: bool = False,
     ) -> None:
         b, h, rounds, lq = order_q.shape
         nblocks, span = lq // m, allowed.shape[-1] // m
@@ -75,9 +78,9 @@ class ChunkPlan:
         self.shape, self.length, self.m, self.scale = (b, h, rounds), length, m, scale
         self.span, self.nblocks, self.lq = span, nblocks, lq
         self.consecutive = starts is None
-        #: keys read in the queries' sorted order, one slot per position (shared QK): a slice's
-        #: key rows are its query rows after the front chunk
-        self.same_order = self.consecutive and order_k is order_q
+        #: keys sorted as the queries (``order_k`` is ``order_q``, shared QK): a slice's key
+        #: rows are its query rows after the front chunk
+        self.same_order = same_order and self.consecutive
         if self.consecutive and span != 2:
             raise ValueError(f"consecutive windows read two chunks, got a span of {span}")
         seq = torch.arange(b * h, device=device).view(b, h, 1, 1)  # the (b, h) sequence
@@ -218,6 +221,7 @@ class ChunkAttention(torch.autograd.Function):
         qf, kf, vf = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, dv)
         out, lse = q.new_empty(b * h * length, dv), q.new_empty(b * h * length)
         keep = any(ctx.needs_input_grad[:3])
+        shared_rows = k is q and plan.same_order  # one gather serves queries and keys
         if keep:  # what the backward reads instead of recomputing the scores
             assert plan.blocked is not None
             probs = q.new_empty(plan.blocked.shape)  # (R, B·H·NB, m, S)
@@ -227,11 +231,11 @@ class ChunkAttention(torch.autograd.Function):
                 sl = plan.slice(r, s0, s1)
                 assert sl.blocked is not None
                 qs = qf.index_select(0, sl.rows_q)
-                ks = sl.keys(kf, qs if k is q and plan.same_order else None)
+                ks = sl.keys(kf, qs if shared_rows else None)
                 qs.mul_(plan.scale)
                 vs = sl.keys(vf)
                 if unit_keys:
-                    ks.div_(_row_norms(ks))
+                    ks.div_(row_norms(ks))
                 os_ = q.new_empty(qs.shape[0] + 1, dv)  # the last row: positions read nothing
                 lse_s = q.new_empty(qs.shape[0] + 1)
                 os_[-1], lse_s[-1] = 0.0, -math.inf
@@ -258,7 +262,7 @@ class ChunkAttention(torch.autograd.Function):
         if keep:  # the probabilities say all the backward needs of the mask
             ctx.save_for_backward(q, k, v, out, lse, probs, lses)
             ctx.plan, ctx.unit_keys = plan.without_mask(), unit_keys
-            ctx.shared_rows = k is q and plan.same_order
+            ctx.shared_rows = shared_rows
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -290,7 +294,7 @@ class ChunkAttention(torch.autograd.Function):
                 delta_q = delta[rows].mul_(c)
                 vs = sl.keys(vf)
                 if ctx.unit_keys:
-                    norms = _row_norms(ks)
+                    norms = row_norms(ks)
                     ks.div_(norms)
                 dqs = qs.new_empty(qs.shape[0] + 1, d)  # the last row: positions read nothing
                 dqs[-1] = 0.0
@@ -331,10 +335,10 @@ def _softmax(scores: Tensor, out: Tensor) -> Tensor:
     return torch.ops.aten._softmax.out(scores, -1, False, out=out)
 
 
-def _row_norms(x: Tensor) -> Tensor:
-    """``‖x_i‖`` of each row, ``(rows, 1)``, at least the dtype's tiny (a zero row stays zero
-    when divided)."""
-    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min_(torch.finfo(x.dtype).tiny)
+def row_norms(x: Tensor) -> Tensor:
+    """``‖x‖`` over the last dim, kept as a dim of size 1, at least the dtype's tiny (a zero
+    row stays zero when divided by it); differentiable."""
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
 
 
 def _merge(out: Tensor, lse: Tensor, o_r: Tensor, lse_r: Tensor) -> None:

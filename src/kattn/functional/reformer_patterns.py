@@ -31,8 +31,9 @@ def chunk_mask(
     """``(B, H, R·nc, m, 2m)`` bool, True where query slot s may read the key slot of
     ``[previous chunk, own chunk]`` (the non-causal form): not itself, the same bucket (unless
     ``across``) held by no earlier round (each key counts once), and neither a padded key nor
-    a filler slot. ``order_k is order_q`` (shared QK) marks a query's own slot as the
-    diagonal of its own chunk instead of comparing positions."""
+    a filler slot; padded and filler query slots read nothing. ``order_k is order_q``
+    (shared QK) marks a query's own slot as the diagonal of its own chunk instead of comparing
+    positions."""
     b, h, rounds, lp = order_q.shape
     length = hashes_q.shape[-1]
     nc = lp // m
@@ -48,7 +49,10 @@ def chunk_mask(
         qpos = order_q.view(b, h, rounds, nc, m, 1)
         kpos = order_k.view(b, h, rounds, nc, m)
         allowed &= torch.cat([kpos.roll(1, dims=3), kpos], dim=-1)[..., None, :] != qpos
-    allowed.view(b, h, rounds, lp, 2 * m)[:, :, :, length:] = False  # filler queries
+    # padded queries (sorted after the real ones) and filler slots read nothing
+    real = length - pad.sum(dim=-1, keepdim=True)  # (B, 1): the real queries come first
+    reading = torch.arange(lp, device=pad.device) < real  # (B, Lp)
+    allowed.view(b, h, rounds, lp, 2 * m).logical_and_(reading[:, None, None, :, None])
 
     def at(table: Tensor, pos: Tensor) -> Tensor:  # table (B, H, R, L) read at positions
         return table.gather(-1, pos.reshape(b, h, 1, -1).expand(-1, -1, table.shape[2], -1))
