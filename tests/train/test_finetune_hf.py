@@ -177,6 +177,24 @@ def test_padded_keys_change_nothing(checkpoint: Path, mechanism: str) -> None:
     torch.testing.assert_close(garbage, batched, rtol=1e-12, atol=1e-12)
 
 
+def test_penalties_are_the_mechanisms_of_every_layer(checkpoint: Path) -> None:
+    """The classifier lists its kattn modules once: one per layer, whose penalties (OGLU's
+    orthogonality, made non-zero here) it sums."""
+    torch.manual_seed(0)
+    cls = transformers.AutoModelForSequenceClassification
+    hf = kattn.hf.from_pretrained(cls, str(checkpoint), "ffk_oglu", num_labels=3)
+    model = HFClassifier(hf).double()
+    found = [m for m in hf.modules() if isinstance(m, kattn.Attention)]
+    assert len(found) == 2 and list(model.mechanisms) == found
+    assert model.state_dict().keys() == {f"hf.{k}" for k in hf.state_dict()}
+    with torch.no_grad():
+        for parameter in hf.parameters():
+            parameter.add_(0.1 * torch.randn_like(parameter))
+    each = [m.regularization_loss() for m in found]
+    assert all(p.item() > 1e-6 for p in each)
+    torch.testing.assert_close(model.regularization_loss(), sum(each), rtol=1e-12, atol=0)
+
+
 def test_pairs_are_paired_as_the_tokenizer_pairs_them(checkpoint: Path) -> None:
     tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
     first, second = ("the apple", "stone"), ("the river of line 7 is here", "is here the stone")

@@ -37,11 +37,17 @@ from .finetune_hf_data import RUN_FILES, HFTaskData, check_hf_checkpoint
 
 class HFClassifier(nn.Module):
     """A transformers sequence classifier as kattn's loop trains it: the logits of token ids,
-    padding passed as the attention mask, and the kattn mechanisms' penalties."""
+    padding passed as the attention mask, and the kattn mechanisms' penalties.
+
+    ``model`` runs its kattn mechanism already (:func:`kattn.hf.from_pretrained` or
+    :func:`kattn.hf.use`): its kattn modules are listed once, here, not at every step.
+    """
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.hf = model
+        # a tuple, not a ModuleList: the modules stay registered under self.hf alone
+        self.mechanisms = tuple(m for m in model.modules() if isinstance(m, Attention))
 
     def forward(
         self, tokens: Tensor, padding: Tensor | None = None, types: Tensor | None = None
@@ -55,9 +61,8 @@ class HFClassifier(nn.Module):
     def regularization_loss(self) -> Tensor:
         """Sum of the kattn mechanisms' penalties (0 for most mechanisms)."""
         total = torch.zeros((), device=next(self.parameters()).device)
-        for module in self.hf.modules():
-            if isinstance(module, Attention):
-                total = total + module.regularization_loss()
+        for module in self.mechanisms:
+            total = total + module.regularization_loss()
         return total
 
 
