@@ -83,9 +83,25 @@ def test_encoder_hidden_states_agree_less_after_the_conversion(checkpoints, tmp_
     assert record["reload_max_abs_diff"] == 0
 
 
+def test_a_wordpiece_vocab_alone_is_the_tokenizer(checkpoints, tmp_path):
+    """A BERT checkpoint whose tokenizer is only its vocab.txt: transformers builds BERT's
+    tokenizer from it, so the text goes through it, not as bytes."""
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (folder / name).write_bytes((checkpoints / "bert" / name).read_bytes())
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "query", "key", "value"]
+    (folder / "vocab.txt").write_text("\n".join(words) + "\n")
+    result = convert_hf_checkpoint(folder, "softmax", max_tokens=64, length=16)
+    assert result.text["tokenizer"] == "its tokenizer (BertTokenizer)"
+
+
 def test_refusals(checkpoints, tmp_path, capsys):
     assert main(["convert", "--hf", str(tmp_path), "--to", "performer"]) == 2
     assert "expected a folder written by save_pretrained" in capsys.readouterr().err
+    (tmp_path / "config.json").write_text('{"model_type": "bert"}')  # but no weights
+    assert main(["convert", "--hf", str(tmp_path), "--to", "performer"]) == 2
+    assert "is not a Hugging Face checkpoint" in capsys.readouterr().err
     argv = ["convert", "--hf", str(checkpoints / "bert"), "--to", "performer", "--only", "x"]
     assert main(argv) == 2
     assert "--only applies to --run" in capsys.readouterr().err

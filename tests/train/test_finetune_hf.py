@@ -23,7 +23,7 @@ from kattn.train import apply_overrides, load_trained_model, preset  # noqa: E40
 from kattn.train.config import RunConfig  # noqa: E402
 from kattn.train.finetune import adopt_hf  # noqa: E402
 from kattn.train.finetune_hf import HFClassifier  # noqa: E402
-from kattn.train.finetune_hf_data import encode_hf  # noqa: E402
+from kattn.train.finetune_hf_data import encode_hf, load_hf_task  # noqa: E402
 from kattn.train.loop import Interrupted, train  # noqa: E402
 from kattn.train.run import evaluate_saved_run  # noqa: E402
 
@@ -230,6 +230,23 @@ def test_refusals(checkpoint: Path, agnews: Path, tmp_path: Path) -> None:
     both = ["train", "--task", "finetune", "--from-hf", str(checkpoint), "--from", str(tmp_path)]
     assert main([*both, "--print-config"]) != 0
     assert main(["train", "--task", "mlm", "--from-hf", str(checkpoint), "--print-config"]) != 0
+
+
+def test_a_wordpiece_vocab_alone_is_the_tokenizer(
+    checkpoint: Path, agnews: Path, tmp_path: Path
+) -> None:
+    """A checkpoint whose tokenizer is only its vocab.txt (BERT's WordPiece vocabulary) is
+    started from: transformers builds BERT's tokenizer from it, which encodes as the saved
+    one."""
+    start = tmp_path / "vocab-only"
+    start.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(checkpoint / name, start / name)
+    vocab = transformers.AutoTokenizer.from_pretrained(checkpoint).get_vocab()
+    (start / "vocab.txt").write_text("".join(f"{t}\n" for t in sorted(vocab, key=vocab.get)))
+    ours, theirs = (load_hf_task(hf_config(s, agnews)) for s in (start, checkpoint))
+    assert type(ours.tokenizer).__name__ == "BertTokenizer"
+    assert torch.equal(ours.splits["train"].tokens, theirs.splits["train"].tokens)
 
 
 def test_a_classifier_over_other_labels_is_refused(checkpoint: Path, agnews: Path, tmp_path):

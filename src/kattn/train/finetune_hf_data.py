@@ -13,7 +13,6 @@ to ``data.max_len`` tokens (default and upper bound: the model's positions).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,9 @@ from ..data import SequenceDataset
 from ..data.text_examples import TextExamples, padded, rows_dataset
 from .config import ModelConfig, RunConfig
 from .finetune_data import TextTaskData, encode_text_task
+from .hf_files import TOKENIZER_FILES, checkpoint_folder, has_tokenizer
 from .hf_positions import hf_positions
 
-#: files of which a checkpoint's tokenizer needs at least one.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
-                   "spiece.model", "tokenizer.model", "sentencepiece.bpe.model")  # fmt: skip
-#: the weight files of a checkpoint (one of them).
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")  # fmt: skip
 #: the run folder's subfolder with the checkpoint's config and tokenizer (at the end: the
 #: fine-tuned model, written by ``save_pretrained``).
 RUN_FILES = "hf"
@@ -45,24 +39,12 @@ def check_hf_checkpoint(path: str | Path) -> Path:
     """``path`` as a folder, if it holds a Hugging Face checkpoint with its tokenizer.
 
     Raises:
-        ValueError: it is not a folder, has no ``config.json`` naming a ``model_type``, no
-            weights, or no tokenizer files (the message says what to add).
+        ValueError: it is not a checkpoint (:func:`~kattn.train.hf_files.checkpoint_folder`)
+            or has no tokenizer files (the message says what to add).
     """
-    folder = Path(path)
     key = "model.init_from_hf (--from-hf)"
-    if not folder.is_dir():
-        raise ValueError(f"{key} must be a Hugging Face checkpoint folder, {str(path)!r} is none")
-    try:
-        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8"))["model_type"]
-    except (OSError, ValueError, KeyError, TypeError):
-        model_type = None
-    if not isinstance(model_type, str) or not any((folder / f).is_file() for f in WEIGHT_FILES):
-        raise ValueError(
-            f"{key}: {folder} is not a Hugging Face checkpoint (expected a config.json naming "
-            f"its model_type and weights in one of {', '.join(WEIGHT_FILES)}, as save_pretrained "
-            f"writes them)"
-        )
-    if not any((folder / f).is_file() for f in TOKENIZER_FILES):
+    folder = checkpoint_folder(path, key)
+    if not has_tokenizer(folder):
         raise ValueError(
             f"{key}: {folder} holds no tokenizer files (one of {', '.join(TOKENIZER_FILES)}): "
             f"the texts are encoded with the checkpoint's own tokenizer, so save it there too "

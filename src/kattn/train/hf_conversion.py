@@ -32,12 +32,11 @@ from .hf_evaluation import (
     token_ids,
     windows,
 )
+from .hf_files import checkpoint_folder, has_tokenizer
 from .hf_positions import hf_positions
 
 #: the file the converted folder gets beside the model: the conversion and its scores.
 RECORD_FILE = "kattn_conversion.json"
-#: the files of which one says a folder holds a saved tokenizer.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 @dataclass
@@ -148,7 +147,7 @@ def convert_hf_checkpoint(
     hf = kattn_hf()
     from transformers import AutoConfig
 
-    folder = _checkpoint_folder(source)
+    folder = checkpoint_folder(source, "--hf")
     name, options = resolve_target(mechanism, dict(options or {}))
     with _quiet_loading():
         config = AutoConfig.from_pretrained(folder)
@@ -202,22 +201,12 @@ def _quiet_loading() -> Iterator[None]:
             logging.enable_progress_bar()
 
 
-def _checkpoint_folder(source: str | Path) -> Path:
-    folder = Path(source)
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(
-            f"--hf {str(folder)!r}: expected a folder written by save_pretrained (with a "
-            "config.json); checkpoints are read from disk only, never downloaded"
-        )
-    return folder
-
-
 def _tokenizer(folder: Path) -> Any:
     """The tokenizer saved in ``folder``, or None when it holds none (transformers would
     otherwise build an empty one of the model's type, which maps every word to [UNK])."""
     from transformers import AutoTokenizer
 
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+    if not has_tokenizer(folder):
         return None
     return AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
