@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from .tiny_models import inputs, make
+from .tiny_models import inputs, make, make_llama4
 
 hf = pytest.importorskip("kattn.hf")
 
@@ -93,6 +93,67 @@ def test_a_sliding_window_that_covers_the_call_gives_only_the_padding() -> None:
     assert hf.kattn_mask(**args, **short, allow_is_causal_skip=True).shape == (2, 1, 12, 12)
     decoding = {**args, "q_length": 1, "q_offset": 11}  # one step after 11 cached keys
     assert hf.kattn_mask(**decoding, **window, allow_is_causal_skip=True).shape == (2, 1, 1, 12)
+
+
+def test_chunks_are_the_plain_pattern_only_within_the_first_chunk() -> None:
+    """Chunked attention (Llama 4) reaches the mask function as ``local_size`` too, and its
+    cache layer drops keys as a sliding window's does (kv_offset > 0); but eight positions
+    from 2 to 9 cross the boundary of chunks of 8."""
+    from types import SimpleNamespace
+
+    from transformers.masking_utils import chunked_causal_mask_function, sdpa_mask
+
+    args = {
+        "batch_size": 1,
+        "q_length": 1,
+        "kv_length": 8,
+        "q_offset": 9,
+        "kv_offset": 2,
+        "attention_mask": None,
+        "mask_function": chunked_causal_mask_function(8, torch.zeros(1, dtype=torch.long)),
+        "local_size": 8,
+    }
+    config = SimpleNamespace(attention_chunk_size=8)
+    got = hf.kattn_mask(**args, allow_is_causal_skip=True, config=config)
+    expected = sdpa_mask(**args, allow_is_causal_skip=False)
+    assert got is not None and torch.equal(got, expected)
+    assert not bool(got.all())
+    first = {**args, "q_offset": 7, "kv_offset": 0}  # every position in the first chunk
+    assert hf.kattn_mask(**first, allow_is_causal_skip=True, config=config) is None
+    # the same positions under a sliding window of 8 are the plain pattern
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    window = {**args, "mask_function": sliding_window_causal_mask_function(8)}
+    sliding = SimpleNamespace(sliding_window=8, attention_chunk_size=None)
+    assert hf.kattn_mask(**window, allow_is_causal_skip=True, config=sliding) is None
+
+
+def test_llama4_chunked_decoding_equals_eager_or_is_refused() -> None:
+    """Chunks of 4: a key/value cache decodes one token at a time across chunk boundaries as
+    eager does; a recurrent state, which cannot drop the keys of a finished chunk, and a
+    forward longer than a chunk are refused."""
+    from transformers import DynamicCache
+
+    model = make_llama4(chunk=4)
+    ids = inputs("llama", batch=1, length=10)["input_ids"]
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        eager = model(ids, use_cache=False).logits
+    hf.use(model, "softmax")
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="attention chunks"):
+        model(ids, use_cache=False)
+    # in training a forward keeps transformers' key/value cache (dropout is 0 here)
+    model.train()
+    with torch.no_grad():
+        cache = DynamicCache(config=model.config)
+        steps = [model(ids[:, :3], cache=cache).logits]
+        steps += [model(ids[:, t : t + 1], cache=cache).logits for t in range(3, 10)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), eager, rtol=1e-9, atol=1e-9)
+    model.eval()  # a recurrent state
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="attention chunk"):
+        cache = DynamicCache(config=model.config)
+        for t in range(10):
+            model(ids[:, t : t + 1], cache=cache)
 
 
 def test_mistral_with_its_default_window_equals_no_window() -> None:

@@ -108,3 +108,27 @@ def output(model: Any, batch: dict[str, torch.Tensor], **kwargs: Any) -> torch.T
     """The model's main output tensor (logits or last hidden states)."""
     out = model(**batch, **kwargs)
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def make_llama4(chunk: int) -> Any:
+    """A seeded tiny Llama 4 text model whose layers attend in chunks of ``chunk`` positions
+    (chunked attention), eval mode, float64."""
+    torch.manual_seed(0)
+    config = transformers.Llama4TextConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        intermediate_size_mlp=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_local_experts=1,
+        attention_chunk_size=chunk,
+        max_position_embeddings=64,
+        no_rope_layers=[1, 1],
+        use_qk_norm=False,
+        interleave_moe_layer_step=0,
+        moe_layers=[],
+    )
+    return transformers.Llama4ForCausalLM(config).eval().double()

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from ..attention.base import Attention
 from .attach import module_attention
 from .cache import RecurrentLayer
-from .masks import key_padding_mask
+from .masks import key_padding_mask, local_pattern_covers
 from .rows import check_cross_step, check_last_rows
 
 #: Arguments of transformers' attention functions that change the maths and that kattn
@@ -147,11 +147,12 @@ def _set_dropout(module: nn.Module, attn: Attention, dropout: float) -> None:
 
 
 def _check_window(window: int | None, mask: Tensor | None, lk: int) -> None:
-    """A sliding window shorter than the keys is a pattern kattn cannot apply."""
+    """A sliding window that does not cover the keys (of consecutive positions, the queries
+    among them) is a pattern kattn cannot apply."""
     if window is None:
         return
     total = mask.shape[-1] if isinstance(mask, Tensor) else lk
-    if total > int(window):
+    if not local_pattern_covers(int(window), 0, total, chunks=False):
         raise NotImplementedError(
             f"sliding_window={window} is shorter than the {total} keys: kattn mechanisms "
             "attend to every key (set config.sliding_window = None to use one)"

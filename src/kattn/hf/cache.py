@@ -37,8 +37,9 @@ class RecurrentLayer(CacheLayerMixin):
     """One attention layer's recurrent decoding state (see the module docstring).
 
     Args:
-        sliding_window: the window of a sliding-window layer it replaces: decoding past it
-            raises (a recurrent state cannot forget the keys that leave the window).
+        sliding_window: the window of a sliding-window layer it replaces (the chunk size of
+            chunked attention, whose cache layer is one too): decoding past it raises (a
+            recurrent state cannot forget the keys that leave the window or chunk).
     """
 
     is_compileable = False
@@ -65,8 +66,8 @@ class RecurrentLayer(CacheLayerMixin):
         self.seen += key_states.shape[-2]
         if self.sliding_window is not None and self.seen > self.sliding_window:
             raise NotImplementedError(
-                f"decoding past the sliding window ({self.sliding_window} tokens): a "
-                "recurrent kattn state cannot drop the keys that leave the window"
+                f"decoding past the sliding window or attention chunk ({self.sliding_window} "
+                "tokens): a recurrent kattn state cannot drop the keys that leave it"
             )
         return key_states, value_states
 

@@ -4,11 +4,12 @@ how a mask of transformers becomes kattn's ``key_padding_mask`` (True marks padd
 kattn mechanisms take causality as a flag and padding as a ``(B, Lk)`` mask; they cannot
 apply an arbitrary ``(Lq, Lk)`` pattern (a kernelized sum has no attention matrix to mask).
 For the plain causal and bidirectional patterns (and a sliding window as wide as every
-position of the call, such as Mistral's default 4096) the mask function therefore returns only the
-padding, as a ``(B, 1, 1, Lk)`` bool "attend" mask (None without padding), so a forward never
-builds an ``Lq × Lk`` tensor; any other pattern (sliding windows, packed sequences, extra mask
-functions) is materialised as transformers' bool mask and :func:`key_padding_mask` accepts it
-only where it is causal (or full) attention with padded keys, raising otherwise.
+position of the call, such as Mistral's default 4096, or attention chunks that hold every
+position) the mask function therefore returns only the padding, as a ``(B, 1, 1, Lk)`` bool
+"attend" mask (None without padding), so a forward never builds an ``Lq × Lk`` tensor; any
+other pattern (shorter sliding windows or chunks, packed sequences, extra mask functions) is
+materialised as transformers' bool mask and :func:`key_padding_mask` accepts it only where
+it is causal (or full) attention with padded keys, raising otherwise.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def kattn_mask(
 
     Returns:
         None when no key is padded; ``(B, 1, 1, kv_length)`` bool (True = attend) for the
-        causal and bidirectional patterns and a plain sliding window that covers every
+        causal and bidirectional patterns and a plain sliding window or chunk that covers every
         position; the full ``(B, 1, q_length, kv_length)`` bool mask of any other pattern.
     """
     plain = mask_function is causal_mask_function or mask_function is bidirectional_mask_function
@@ -74,15 +75,42 @@ def kattn_mask(
 def _window_covers(
     q_length: int, kv_length: int, q_offset: int, kv_offset: int, kwargs: dict[str, Any]
 ) -> bool:
-    """Whether the pattern is a sliding window (``local_size``) with nothing laid over it
-    (transformers then allows the causal or bidirectional skip) that spans every query and key
-    position of the call, so that it is the plain causal or bidirectional pattern."""
-    window = kwargs.get("local_size")
+    """Whether the pattern is a local one (``local_size``: a sliding window, or the chunks of
+    chunked attention) with nothing laid over it (transformers then allows the causal or
+    bidirectional skip) that covers every query and key position of the call, so that it is
+    the plain causal or bidirectional pattern (:func:`local_pattern_covers`)."""
+    size = kwargs.get("local_size")
     plain = kwargs.get("allow_is_causal_skip") or kwargs.get("allow_is_bidirectional_skip")
-    if window is None or not plain:
+    if size is None or not plain:
         return False
-    span = max(q_offset + q_length, kv_offset + kv_length) - min(q_offset, kv_offset)
-    return span <= int(window)
+    first = min(q_offset, kv_offset)
+    end = max(q_offset + q_length, kv_offset + kv_length)
+    chunks = not _is_sliding_window(int(size), kwargs.get("config"))
+    return local_pattern_covers(int(size), first, end, chunks=chunks)
+
+
+def local_pattern_covers(size: int, first: int, end: int, *, chunks: bool) -> bool:
+    """Whether a local pattern of ``size`` positions lets each query among the positions
+    ``[first, end)`` see every key there that causality (if any) allows.
+
+    A sliding window does when the positions span at most ``size``. Chunks of ``size``
+    (chunked attention, as in Llama 4) start at each sequence's first real token, which the
+    call does not tell, so they do only when the positions start at 0 and end within the
+    first chunk: a span of ``size`` further on may cross a chunk boundary.
+    """
+    if chunks and first > 0:
+        return False
+    return end - first <= size
+
+
+def _is_sliding_window(size: int, config: Any) -> bool:
+    """Whether a ``local_size`` of ``size`` is ``config``'s sliding window rather than its
+    attention chunks (both reach the mask function as ``local_size``; a chunked-attention
+    layer's cache is a sliding-window layer too). Unknown (no config, or both of that size)
+    counts as chunks, whose rule is the stricter."""
+    chunk = getattr(config, "attention_chunk_size", None)
+    window = getattr(config, "sliding_window", None)
+    return window is not None and int(window) == size and (chunk is None or int(chunk) != size)
 
 
 def key_padding_mask(
@@ -145,6 +173,7 @@ def _check_pattern(keep: Tensor, keys: Tensor, *, causal: bool) -> None:
         kind = "causal" if causal else "full (bidirectional)"
         raise NotImplementedError(
             f"attention_mask is not {kind} attention with padded keys (e.g. a sliding window "
-            "shorter than the sequence, packed sequences or a custom 4-D mask): kattn "
-            "mechanisms take only causality and key padding, not an arbitrary (Lq, Lk) mask"
+            "or attention chunks shorter than the sequence, packed sequences or a custom 4-D "
+            "mask): kattn mechanisms take only causality and key padding, not an arbitrary "
+            "(Lq, Lk) mask"
         )
