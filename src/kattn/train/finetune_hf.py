@@ -32,7 +32,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification
 from ..attention.base import Attention
 from ..hf import from_pretrained, use
 from .config import RunConfig
-from .finetune_hf_data import RUN_FILES, HFTaskData, check_hf_checkpoint
+from .finetune_hf_data import RUN_FILES, HFTaskData
 
 
 class HFClassifier(nn.Module):
@@ -100,7 +100,7 @@ def hf_classifier(config: RunConfig, data: HFTaskData) -> HFClassifier:
     :func:`run_classifier` (a resumed run, whose checkpoint then loads)."""
     if data.files is not None:
         return run_classifier(config, data.files)
-    start = str(check_hf_checkpoint(config.model.init_from_hf or ""))
+    start = config.model.init_from_hf or ""  # checked when its tokenizer was read
     check_start_head(start, data)
     model = from_pretrained(
         AutoModelForSequenceClassification, start, config.attention.name,

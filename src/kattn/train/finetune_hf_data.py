@@ -82,23 +82,31 @@ def hf_model_config(path: str) -> ModelConfig:
 
 def adopt_hf(config: RunConfig, given: set[str]) -> RunConfig:
     """``config`` with the ``model`` fields of its checkpoint (``model.init_from_hf``), except
-    those in ``given`` (dotted keys the user set); then checked (:func:`check_hf_start`)."""
-    path = config.model.init_from_hf
-    if path is None:
-        raise ValueError("model.init_from_hf: no Hugging Face checkpoint is given (--from-hf)")
-    adopted = hf_model_config(path)
+    those in ``given`` (dotted keys the user set), which must agree with the checkpoint's;
+    checked as :func:`check_hf_start` checks, reading the checkpoint's config once."""
+    check_hf_fields(config)
+    adopted = hf_model_config(config.model.init_from_hf or "")
     for f in dataclasses.fields(ModelConfig):
         if f"model.{f.name}" not in given:
             setattr(config.model, f.name, getattr(adopted, f.name))
-    check_hf_start(config)
+    refuse_other_model_fields(config, adopted)
     return config
 
 
 def check_hf_start(config: RunConfig) -> None:
-    """``ValueError`` for what a run started from a Hugging Face checkpoint cannot take: a
-    second start (``model.init_from``), a tokenizer of kattn's (``data.tokenizer``), and
-    ``model`` fields other than the checkpoint's (checked while its folder exists: a resumed
-    or finished run needs only its run folder)."""
+    """``ValueError`` for what a run started from a Hugging Face checkpoint cannot take
+    (:func:`check_hf_fields`) and for ``model`` fields other than the checkpoint's (checked
+    while its folder exists: a resumed or finished run needs only its run folder)."""
+    check_hf_fields(config)
+    path = config.model.init_from_hf or ""
+    if Path(path).is_dir():
+        refuse_other_model_fields(config, hf_model_config(path))
+
+
+def check_hf_fields(config: RunConfig) -> None:
+    """``ValueError`` for a run from a Hugging Face checkpoint without one
+    (``model.init_from_hf``), with a second start (``model.init_from``) or with a tokenizer
+    of kattn's (``data.tokenizer``); no file is read."""
     model, path = config.model, config.model.init_from_hf
     if path is None:
         raise ValueError("model.init_from_hf: no Hugging Face checkpoint is given (--from-hf)")
@@ -112,9 +120,12 @@ def check_hf_start(config: RunConfig) -> None:
             f"data.tokenizer (--tokenizer) is not used with --from-hf: the texts are encoded "
             f"with the tokenizer saved in {path}"
         )
-    if not Path(path).is_dir():
-        return
-    adopted = hf_model_config(path)
+
+
+def refuse_other_model_fields(config: RunConfig, adopted: ModelConfig) -> None:
+    """``ValueError`` naming each ``model`` field of ``config`` that differs from
+    ``adopted``, the checkpoint's (:func:`hf_model_config`)."""
+    model = config.model
     differ = [
         f"model.{f.name} is {getattr(model, f.name)!r} here and {getattr(adopted, f.name)!r} "
         f"for the checkpoint"
@@ -123,9 +134,9 @@ def check_hf_start(config: RunConfig) -> None:
     ]
     if differ:
         raise ValueError(
-            f"the model is the Hugging Face checkpoint {path}, whose config.json decides the "
-            f"model fields: {'; '.join(differ)}. Leave these fields out (kattn train --from-hf "
-            f"takes them from the checkpoint)"
+            f"the model is the Hugging Face checkpoint {model.init_from_hf}, whose config.json "
+            f"decides the model fields: {'; '.join(differ)}. Leave these fields out (kattn "
+            f"train --from-hf takes them from the checkpoint)"
         )
 
 
