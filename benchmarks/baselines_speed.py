@@ -47,8 +47,9 @@ from typing import Any
 import torch
 
 import kattn
-from baselines_speed_report import render, targets
-from kattn.bench import machine_info, peak_memory_bytes, results_stem, write_results
+from baselines_speed_report import REFORMER_MATCHED, REFORMER_PEER, render, targets
+from kattn.bench import machine_info, peak_memory_bytes
+from kattn.bench.script_results import write_run
 from sparse_speed import Dense, forward_fn, inputs, timed_rounds, train_fn
 from sparse_speed_report import SDPA, dense_fits, score_bytes
 
@@ -60,10 +61,7 @@ CAUSAL = ("rfa", "rfa_gate")
 #: rows whose time grows with (L, L) scores (SDPA: the fused kernel never stores them) and
 #: rows that store them, each run only where the scores fit under its cap
 QUADRATIC = {SDPA: "memory_cap_gb", "synthesizer": "stored_cap_gb"}
-REFORMER_PEER, SINKHORN_PEER = "reformer-pytorch", "sinkhorn-transformer"
-#: kattn's ``reformer`` with reformer-pytorch's number of buckets, L/m (the registered default
-#: is the paper's 2L/m, twice the hashing work): the like-for-like row beside the peer
-REFORMER_MATCHED = "reformer nb=L/m"
+SINKHORN_PEER = "sinkhorn-transformer"
 
 
 class _Causal(torch.nn.Module):
@@ -183,8 +181,7 @@ def check_correctness(rows: list[str], length: int) -> dict[str, float]:
     for row in rows:
         if row in (SDPA, REFORMER_PEER, SINKHORN_PEER):
             continue
-        attn = build(row if row == REFORMER_MATCHED else row.removesuffix(" causal"), length)
-        attn = attn.double()
+        attn = build(row.removesuffix(" causal"), length).double()
         causal = row.endswith(" causal")
         with torch.no_grad():
             out = attn(q, k, v, causal=causal)
@@ -289,8 +286,7 @@ def main() -> None:
         report[f"{key}_memory"] = {str(n): r[f"{key}_memory"] for n, r in runs.items()}
     report["notes"] = notes
     report["targets"] = targets(report)
-    stem = results_stem("baselines", report["machine"]) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "baselines", report, render(report), quick=args.quick)
 
 
 if __name__ == "__main__":

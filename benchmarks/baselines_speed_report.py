@@ -6,6 +6,8 @@ import math
 
 SDPA = "sdpa"
 REFORMER_PEER = "reformer-pytorch"
+#: kattn's ``reformer`` with reformer-pytorch's number of buckets, L/m (the registered default
+#: is the paper's 2L/m, twice the hashing work): the like-for-like row beside the peer
 REFORMER_MATCHED = "reformer nb=L/m"
 
 

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 import kattn.hf
-from kattn.bench import machine_info, results_stem, write_results
+from kattn.bench import machine_info
+from kattn.bench.script_results import write_run
 
 RESULTS = Path(__file__).resolve().parent / "results" / "hf"
 FAMILIES = ("gpt2", "llama")
@@ -248,8 +249,7 @@ def main(argv: list[str] | None = None) -> None:
         "rows": rows,
         "growth": growth(rows),
     }
-    stem = results_stem("hf-decode", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "hf-decode", report, render(report), quick=args.quick)
 
 
 if __name__ == "__main__":

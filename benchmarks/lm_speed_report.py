@@ -5,6 +5,8 @@ Imported by ``lm_speed.py``, which Python runs with this folder on its path.
 
 from __future__ import annotations
 
+from kattn.bench.script_results import machine_line
+
 #: the model whose attention returns ``v`` unchanged: the cost of everything but attention.
 CEILING = "no attention (ceiling)"
 
@@ -14,8 +16,7 @@ def render(report: dict) -> str:
     lines = [
         "# Causal language model on the CPU: decoding and training throughput",
         "",
-        f"{info['processor']}, {info['torch_threads']} threads; torch {info['torch']}, "
-        f"kattn {info['kattn']}, Python {info['python']}.",
+        machine_line(info),
         f"`CausalLM`: vocabulary {cfg['vocab_size']} (bytes), dim {cfg['dim']}, depth "
         f"{cfg['depth']}, {cfg['num_heads']} heads (head dim {cfg['dim'] // cfg['num_heads']}), "
         f"FFN {cfg['ffn_dim']}, sinusoidal positions, no dropout, fp32, "

@@ -41,7 +41,8 @@ import torch
 import torch.nn.functional as F
 
 import kattn
-from kattn.bench import machine_info, results_stem, write_results
+from kattn.bench import machine_info
+from kattn.bench.script_results import write_run
 from kattn.bench.spectral import BERT_INIT_STD
 from kattn.bench.stability import LEARNING_RATE, MODEL, instability_scores
 from kattn.functional.gaussian import gaussian_attention, gaussian_kernel
@@ -240,8 +241,7 @@ def main() -> None:
         "approximation": approx,
         "training": train_report,
     }  # fmt: skip
-    stem = results_stem("pinv-init", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "pinv-init", report, render(report), quick=args.quick)
 
 
 def render(report: dict[str, Any]) -> str:

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 import kattn
-from kattn.bench import interleaved_rounds, machine_info, results_stem, write_results
+from kattn.bench import interleaved_rounds, machine_info
+from kattn.bench.script_results import write_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 B, H, D = 1, 4, 64
@@ -134,7 +135,6 @@ def main() -> None:
                 }
             )
     info = machine_info()
-    stem = results_stem("rfa-gate", info) + ("-quick" if args.quick else "")
     report = {
         "benchmark": "rfa-gate",
         "machine": info,
@@ -142,7 +142,7 @@ def main() -> None:
         "correctness": errors,
         "rows": rows,
     }
-    write_results(args.out, stem, report, render(rows, info))
+    write_run(args.out, "rfa-gate", report, render(rows, info), quick=args.quick)
 
 
 if __name__ == "__main__":

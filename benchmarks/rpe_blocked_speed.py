@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 import kattn
-from kattn.bench import interleaved_rounds, machine_info, results_stem, write_results
+from kattn.bench import interleaved_rounds, machine_info
+from kattn.bench.script_results import write_run
 
 RESULTS = Path(__file__).resolve().parent / "results"
 D = 64
@@ -135,8 +136,7 @@ def main() -> None:
         "config": {"batch": 1, "heads": 1, "head_dim": D, "rounds": args.rounds},
         "rows": rows,
     }
-    stem = results_stem("rpe-blocked", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "rpe-blocked", report, render(report), quick=args.quick)
 
 
 if __name__ == "__main__":

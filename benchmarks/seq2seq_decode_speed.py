@@ -50,7 +50,8 @@ import torch
 from torch import Tensor
 
 import kattn
-from kattn.bench import machine_info, results_stem, write_results
+from kattn.bench import machine_info
+from kattn.bench.script_results import write_run
 from kattn.nn import Seq2Seq, Seq2SeqState
 from seq2seq_decode_speed_report import (
     SOFTMAX,
@@ -249,8 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     report["ratios"] = ratios(runs)
     report["rpe_probe"] = probe
     report["wall_seconds"] = time.perf_counter() - start
-    stem = results_stem("seq2seq-decode", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "seq2seq-decode", report, render(report), quick=args.quick)
 
 
 if __name__ == "__main__":

@@ -45,9 +45,8 @@ from kattn.bench import (
     interleaved_rounds,
     machine_info,
     peak_memory_bytes,
-    results_stem,
-    write_results,
 )
+from kattn.bench.script_results import write_run
 from kattn.nn import EncoderLayer
 from vit_speed_report import CONFIGS, FFT, KERNELIZED, SOFTMAX, parse_sizes, ratio_summary, render
 
@@ -242,8 +241,7 @@ def main(argv: list[str] | None = None) -> None:
         "rows": rows,
     }
     report["notes"] = notes(report, args.quick)
-    stem = results_stem("vit", info) + ("-quick" if args.quick else "")
-    write_results(args.out, stem, report, render(report))
+    write_run(args.out, "vit", report, render(report), quick=args.quick)
 
 
 if __name__ == "__main__":
