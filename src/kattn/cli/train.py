@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..train.checkpoint import json_text
-from ..train.config import TASKS, TEXT_TASKS, RunConfig
+from ..train.config import TASKS, RunConfig
 from ..train.distributed import check_device, processes_from_env
+from ..train.field_checks import refuse_text_fields
 from ..train.finetune import adopt_hf, adopt_start
 from ..train.loop import Interrupted, train
 from ..train.objectives import objective_class
@@ -23,6 +24,13 @@ _CONFIG_FLAGS = (
     "batch_size", "eval_every", "seed", "device", "block_size", "tokenizer", "src", "tgt",
     "max_tokens", "from_run", "from_hf", "glue",
 )  # fmt: skip
+
+#: the flags that set a field of the text tasks, by that field: (their dest, the flag).
+_TEXT_FLAGS = {
+    "data.glue": ("glue", "--glue"),
+    "model.init_from": ("from_run", "--from"),
+    "model.init_from_hf": ("from_hf", "--from-hf"),
+}
 
 
 def add_train_parsers(sub: Any) -> None:
@@ -195,24 +203,17 @@ def train_options(args: argparse.Namespace) -> TrainOptions:
 def _config(args: argparse.Namespace) -> RunConfig:
     """The resolved config of the flags; notes the preset's options the mechanism drops."""
     config, dropped = resolve_config(train_options(args))
-    if args.glue and config.data.task not in TEXT_TASKS:
-        raise ValueError(
-            f"--glue is for tasks text-classification and finetune, not {config.data.task}"
-        )
-    if args.from_run and config.data.task != "finetune":
-        raise ValueError(f"--from is for task finetune, not {config.data.task}")
-    if args.from_hf and config.data.task != "finetune":
-        raise ValueError(f"--from-hf is for task finetune, not {config.data.task}")
-    if args.from_run and args.from_hf:
-        raise ValueError("--from RUN and --from-hf DIR are two starts of one fine-tuning: give one")
     if args.glue:
         config.data.glue = args.glue
     if args.from_run:
         config.model.init_from = str(Path(args.from_run))
-        adopt_start(config, _given_keys(args))
     if args.from_hf:
         config.model.init_from_hf = str(Path(args.from_hf))
+    _refuse_text_fields(config, args)
+    if args.from_hf:  # first: it refuses --from beside it before reading either folder
         adopt_hf(config, _given_keys(args))
+    elif args.from_run:
+        adopt_start(config, _given_keys(args))
     if dropped and processes_from_env().is_main:
         print(
             f"kattn: note: {config.attention.name} does not take the attention option(s) "
@@ -220,6 +221,19 @@ def _config(args: argparse.Namespace) -> RunConfig:
             file=sys.stderr,
         )
     return config
+
+
+def _refuse_text_fields(config: RunConfig, args: argparse.Namespace) -> None:
+    """:func:`~kattn.train.field_checks.refuse_text_fields` before the starts are read, its
+    refusal naming the flag that set the field (``--from is for task finetune, not mlm``)."""
+    try:
+        refuse_text_fields(config)
+    except ValueError as err:
+        key, _, rest = str(err).partition(" ")
+        dest, flag = _TEXT_FLAGS.get(key, (None, None))
+        if dest is None or not getattr(args, dest):
+            raise
+        raise ValueError(f"{flag} {rest}") from None
 
 
 def _given_keys(args: argparse.Namespace) -> set[str]:
