@@ -96,6 +96,19 @@ def test_a_wordpiece_vocab_alone_is_the_tokenizer(checkpoints, tmp_path):
     assert result.text["tokenizer"] == "its tokenizer (BertTokenizer)"
 
 
+def test_windows_fit_the_positions(tmp_path):
+    """A --length beyond the model's positions is cut to them, RoBERTa's offset (positions
+    numbered from pad_token_id + 1) included: 20 positions take windows of 18."""
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(vocab_size=300, hidden_size=32, num_hidden_layers=1,
+                                        num_attention_heads=4, intermediate_size=64,
+                                        max_position_embeddings=20, pad_token_id=1)  # fmt: skip
+    transformers.RobertaModel(config).save_pretrained(tmp_path)
+    result = convert_hf_checkpoint(tmp_path, "softmax", length=64, max_tokens=100)
+    assert (result.text["length"], result.text["windows"]) == (18, 100 // 18)
+    assert result.agreement["mean_cosine"] == pytest.approx(1.0, abs=1e-6)
+
+
 def test_refusals(checkpoints, tmp_path, capsys):
     assert main(["convert", "--hf", str(tmp_path), "--to", "performer"]) == 2
     assert "expected a folder written by save_pretrained" in capsys.readouterr().err

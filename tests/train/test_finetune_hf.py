@@ -212,7 +212,9 @@ def test_pairs_are_paired_as_the_tokenizer_pairs_them(checkpoint: Path) -> None:
     assert rows.labels.dtype == torch.float32
 
 
-def test_refusals(checkpoint: Path, agnews: Path, tmp_path: Path) -> None:
+def test_refusals(
+    checkpoint: Path, agnews: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bare = tmp_path / "bare"  # a checkpoint without its tokenizer
     bare.mkdir()
     for name in ("config.json", "model.safetensors"):
@@ -228,8 +230,11 @@ def test_refusals(checkpoint: Path, agnews: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"data\.tokenizer \(--tokenizer\) is not used"):
         hf_config(checkpoint, agnews, f"data.tokenizer={checkpoint / 'tokenizer.json'}")
     both = ["train", "--task", "finetune", "--from-hf", str(checkpoint), "--from", str(tmp_path)]
-    assert main([*both, "--print-config"]) != 0
-    assert main(["train", "--task", "mlm", "--from-hf", str(checkpoint), "--print-config"]) != 0
+    capsys.readouterr()
+    assert main([*both, "--print-config"]) == 2
+    assert "are two starts of one fine-tuning: give one" in capsys.readouterr().err
+    assert main(["train", "--task", "mlm", "--from-hf", str(checkpoint), "--print-config"]) == 2
+    assert "--from-hf is for task finetune, not mlm" in capsys.readouterr().err
 
 
 def test_a_wordpiece_vocab_alone_is_the_tokenizer(
@@ -280,9 +285,9 @@ def test_limits_of_the_checkpoint(checkpoint: Path) -> None:
         check_pad_ids(transformers.GPT2Config(pad_token_id=7), tokenizer, checkpoint)
 
 
-def test_conversion_windows_fit_the_positions() -> None:
-    """kattn convert --hf cuts its text windows to the positions the model has, RoBERTa's
-    offset included (one rule with --from-hf's)."""
+def test_positions_of_each_family() -> None:
+    """The positions a model takes (hf_positions: --from-hf's longest sequence, and kattn
+    convert --hf's longest window), RoBERTa's offset included."""
     from kattn.train.hf_positions import hf_positions
 
     assert hf_positions(transformers.RobertaConfig(max_position_embeddings=514)) == 512
