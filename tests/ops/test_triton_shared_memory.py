@@ -31,6 +31,7 @@ from kattn.ops.triton.causal_linear import (  # noqa: E402
     causal_linear_prefill_triton,
 )
 from kattn.ops.triton.decay import decay_linear_attention_triton  # noqa: E402
+from kattn.ops.triton.dispatch import MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES  # noqa: E402
 from kattn.ops.triton.linear_step import linear_step_triton  # noqa: E402
 from kattn.ops.triton.noncausal_linear import linear_attention_triton  # noqa: E402
 from kattn.ops.triton.placement import interpreted  # noqa: E402
@@ -40,7 +41,9 @@ pytestmark = pytest.mark.skipif(not interpreted(), reason="records launches in t
 
 #: bytes of shared memory one block may use (CUDA programming guide, compute capabilities).
 LIMITS = {80: 166_912, 90: 232_448}
-M, DV, CHUNK, LENGTH = 256, 128, 64, 8
+#: the sizes the dispatch holds the kernels to (``backend="auto"`` keeps larger ones on PyTorch)
+M, DV = MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
+CHUNK, LENGTH = 64, 8
 #: the kernels that scan a sequence (their products on tensor cores for half inputs); the
 #: non-causal kernels holding a whole 256 × 128 state use IEEE products there.
 SCANS = {
