@@ -101,6 +101,46 @@ def test_dropout_is_the_models() -> None:
     assert {m.kattn.dropout for m in hf.attention_modules(model)} == {0.0}
 
 
+@pytest.mark.parametrize("name", ["head_dim", "num_heads", "max_len"])
+def test_the_layer_sizes_are_not_options(name: str) -> None:
+    model = make("llama")
+    with pytest.raises(TypeError, match=f"{name}: kattn.hf sizes each kattn module"):
+        hf.use(model, "performer", **{name: 8})
+    assert model.config._attn_implementation != "kattn:performer"
+
+
+def test_a_refusal_at_a_later_layer_leaves_the_model_as_it_was(monkeypatch) -> None:
+    """use builds every layer's kattn module before attaching the first."""
+    from kattn.hf import loading
+
+    build_for, built = loading.build_for, []
+
+    def second_refuses(module, mechanism, options, **kwargs):
+        if built:
+            raise ValueError("refused for the second layer")
+        built.append(module)
+        return build_for(module, mechanism, options, **kwargs)
+
+    monkeypatch.setattr(loading, "build_for", second_refuses)
+    model = make("llama")
+    with pytest.raises(ValueError, match="second layer"):
+        hf.use(model, "performer")
+    assert built
+    assert all(getattr(m, "kattn", None) is None for m in hf.attention_modules(model))
+    assert not hasattr(model.config, "kattn")
+    assert model.config._attn_implementation != "kattn:performer"
+
+
+def test_check_use_refuses_what_use_refuses_and_draws_nothing() -> None:
+    model = make("llama")
+    state = torch.get_rng_state()
+    hf.check_use(model, "performer", num_features=8)
+    assert torch.equal(torch.get_rng_state(), state)
+    with pytest.raises(TypeError, match="no_such_option"):
+        hf.check_use(model, "performer", no_such_option=1)
+    assert all(getattr(m, "kattn", None) is None for m in hf.attention_modules(model))
+
+
 def test_switching_mechanism_needs_use() -> None:
     model = hf.use(make("llama"), "performer")
     model.set_attn_implementation("kattn:linear")

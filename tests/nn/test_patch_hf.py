@@ -71,13 +71,19 @@ def test_a_model_holding_hf_and_x_transformers_parts_gets_both_patched():
 
 
 @pytest.mark.parametrize(
-    "options, error",
-    [({"rpe": "module"}, ValueError), ({"dropout": 0.1}, TypeError)],
-    ids=["option-not-json", "dropout-option"],
+    "options, error, message",
+    [
+        ({"rpe": "module"}, ValueError, "JSON values"),
+        ({"dropout": 0.1}, TypeError, "attention dropout of the model's config"),
+        ({"max_len": 128}, TypeError, "sizes each kattn module from its attention layer"),
+        ({"num_heads": 2}, TypeError, "sizes each mechanism by the attention it replaces"),
+    ],
+    ids=["option-not-json", "dropout-option", "max-len-option", "num-heads-option"],
 )
-def test_a_refusal_for_the_hf_part_comes_before_any_change(options, error):
-    """An option kattn.hf cannot record (a module) or a dropout option: the torch and
-    x-transformers parts, patched first otherwise, stay as they were."""
+def test_a_refusal_for_the_hf_part_comes_before_any_change(options, error, message):
+    """An option kattn.hf cannot record (a module), a dropout or size option: the torch and
+    x-transformers parts, patched first otherwise, stay as they were, and the error says
+    why in a sentence."""
     xt = pytest.importorskip("x_transformers")
     from kattn import positional
 
@@ -92,8 +98,40 @@ def test_a_refusal_for_the_hf_part_comes_before_any_change(options, error):
         mechanism = "nprf_rpe"
     else:
         mechanism = "softmax"
-    with pytest.raises(error):
+    with pytest.raises(error, match=message):
         kattn.patch(model, mechanism=mechanism, **options)
     assert type(model["mha"]) is nn.MultiheadAttention
     assert type(model["mixer"].layers[0][1].attend).__name__ == "Attend"
     assert model["text"].config._attn_implementation != f"kattn:{mechanism}"
+    assert not kattn_modules(model)
+
+
+def test_a_build_the_hf_part_refuses_comes_before_any_change(monkeypatch):
+    """kattn.hf builds a kattn module for the Hugging Face part before the torch part is
+    swapped: a mechanism refusing the BERT layers (here by a stand-in) changes nothing."""
+    from kattn.hf import loading
+
+    def refuse(module, mechanism, options, **kwargs):
+        raise ValueError("refused for this layer")
+
+    monkeypatch.setattr(loading, "build_for", refuse)
+    mha = nn.MultiheadAttention(16, 2, batch_first=True)
+    model = nn.ModuleDict({"mha": mha, "text": tiny_bert()})
+    with pytest.raises(ValueError, match="refused for this layer"):
+        kattn.patch(model, mechanism="performer")
+    assert type(model["mha"]) is nn.MultiheadAttention
+    assert model["text"].config._attn_implementation != "kattn:performer"
+    assert not kattn_modules(model)
+
+
+def test_the_check_before_patching_draws_no_random_numbers():
+    """The Hugging Face part gets the random features kattn.hf.use would give it."""
+    import kattn.hf
+
+    torch.manual_seed(0)
+    patched = kattn.patch(tiny_bert(), mechanism="performer", num_features=8)
+    torch.manual_seed(0)
+    used = kattn.hf.use(tiny_bert(), "performer", num_features=8)
+    for a, b in zip(kattn_modules(patched), kattn_modules(used), strict=True):
+        for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+            assert torch.equal(x, y), name

@@ -21,7 +21,7 @@ from torch.nn.modules.module import register_module_module_registration_hook
 from .attach import attention_modules, is_attention_module, on_register
 from .attention import attention_forward
 from .cache import RecurrentCache, RecurrentLayer
-from .loading import check_options, from_pretrained, use
+from .loading import check_options, check_use, from_pretrained, use
 from .masks import kattn_mask, key_padding_mask
 from .names import PREFIX, mechanism_of
 from .registration import implementation_name, register_all
@@ -38,6 +38,7 @@ __all__ = [
     "attention_forward",
     "attention_modules",
     "check_options",
+    "check_use",
     "from_pretrained",
     "implementation_name",
     "is_attention_module",

@@ -75,13 +75,25 @@ def recorded_options(config: Any, mechanism: str) -> dict[str, Any]:
     return {}
 
 
-def refuse_dropout(options: dict[str, Any]) -> None:
-    """``TypeError`` if ``options`` set ``dropout``: the model's config gives the rate."""
+#: Options :func:`build_for` takes from the attention layer and its config instead.
+LAYER_SIZES = ("head_dim", "num_heads", "max_len")
+
+
+def refuse_layer_options(options: dict[str, Any]) -> None:
+    """``TypeError`` if ``options`` set what the model gives: ``dropout`` (the config's rate)
+    or a size of the layer (``head_dim``, ``num_heads``, ``max_len``)."""
     if "dropout" in options:
         raise TypeError(
             "dropout: kattn.hf takes the attention dropout of the model's config (the rate "
             "transformers passes to the attention function), not an option"
         )
+    for name in LAYER_SIZES:
+        if name in options:
+            raise TypeError(
+                f"{name}: kattn.hf sizes each kattn module from its attention layer (its "
+                "query heads and head size, and max_len = the config's "
+                f"max_position_embeddings); leave {name} out of the options"
+            )
 
 
 def build_for(
@@ -97,7 +109,7 @@ def build_for(
     keep their scale.
     """
     heads, head_dim, max_len = layer_sizes(module)
-    refuse_dropout(options)
+    refuse_layer_options(options)
     attn = build(mechanism, head_dim=head_dim, num_heads=heads, max_len=max_len, **options)
     scaling = getattr(module, "scaling", None)
     if scaling is not None and follows_scaling(attn, options):
@@ -137,10 +149,17 @@ def follows_scaling(attn: Attention, options: dict[str, Any], scaling: Any = Non
 
 
 def attach(module: Any, mechanism: str, options: dict[str, Any], **kwargs: Any) -> Attention:
-    """Build ``module``'s kattn module (:func:`build_for`), set it as ``module.kattn`` and
-    install the pre-hook; returns it. Built on the meta device (a model that transformers is
-    about to load), it is :func:`complete` d at the first forward, if not before."""
-    attn = build_for(module, mechanism, options, **kwargs).train(module.training)
+    """Build ``module``'s kattn module (:func:`build_for`) and :func:`install` it; returns
+    it."""
+    return install(module, build_for(module, mechanism, options, **kwargs), mechanism, options)
+
+
+def install(module: Any, attn: Attention, mechanism: str, options: dict[str, Any]) -> Attention:
+    """Set ``attn``, built by :func:`build_for` with ``mechanism`` and ``options``, as
+    ``module.kattn`` and install the pre-hook; returns it. Built on the meta device (a model
+    that transformers is about to load), it is :func:`complete` d at the first forward, if
+    not before."""
+    attn = attn.train(module.training)
     setattr(module, ATTRIBUTE, attn)
     module._kattn_follows_scaling = follows_scaling(attn, options, getattr(module, "scaling", None))
     module._kattn_mechanism = mechanism

@@ -9,19 +9,23 @@ Both record the mechanism and its options in the model's config (``config.kattn`
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 from transformers import AutoConfig
 
 from .attach import (
     CONFIG_KEY,
     LOADING,
-    attach,
     attention_modules,
+    build_for,
     complete,
+    install,
+    layer_sizes,
     recorded_options,
-    refuse_dropout,
+    refuse_layer_options,
 )
 from .registration import implementation_name
 
@@ -35,29 +39,60 @@ def use(model: M, mechanism: str, **options: Any) -> M:
     ``options``; see :mod:`kattn.hf.attach`), the config records the mechanism and options,
     and the model's implementation becomes ``"kattn:<mechanism>"``. The projections of the
     model are kept; the kattn modules are new (their random features drawn from torch's
-    generator), so seed torch first for a reproducible model.
+    generator), so seed torch first for a reproducible model. Every kattn module is built
+    before the first is attached, so a refusal (an option the mechanism rejects, for one)
+    leaves ``model`` as it was.
 
     Returns:
         ``model``, changed in place.
     """
-    check_options(mechanism, options)
+    modules = _checked_modules(model, mechanism, options)
+    built = [build_for(module, mechanism, options) for module in modules]
+    for module, attn in zip(modules, built, strict=True):
+        install(module, attn, mechanism, options)
+    _record(model, modules, mechanism, options)
     implementation = implementation_name(mechanism)
+    model.set_attn_implementation(implementation)  # type: ignore[operator]
+    if model.config._attn_implementation != implementation:  # type: ignore[union-attr]
+        raise ValueError(_CANNOT_SET.format(model=type(model).__name__))
+    return model
+
+
+_CANNOT_SET = (
+    "{model} does not let its attention implementation be set (set_attn_implementation); "
+    "kattn.hf needs a model that uses AttentionInterface"
+)
+
+
+def check_use(model: nn.Module, mechanism: str, **options: Any) -> None:
+    """Raise what ``use(model, mechanism, **options)`` would refuse, changing nothing.
+
+    Besides :func:`check_options` and the model's attention modules, one kattn module per
+    distinct layer size is built and dropped, so that an option the mechanism rejects is
+    refused here; torch's generator is left as it was (``use`` draws the same random
+    features after this as without it)."""
+    modules = _checked_modules(model, mechanism, options)
+    sizes = {layer_sizes(module): module for module in modules}
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # use warns when it builds them
+        for module in sizes.values():
+            build_for(module, mechanism, options, device="cpu")
+
+
+def _checked_modules(model: nn.Module, mechanism: str, options: dict[str, Any]) -> list[Any]:
+    """The attention modules :func:`use` gives kattn modules, after the checks it makes
+    before changing anything: the options, the modules, the implementation settable."""
+    check_options(mechanism, options)
     modules = attention_modules(model)
     if not modules:
         raise ValueError(
             "model has no attention module that transformers' AttentionInterface dispatches; "
             "kattn.hf runs only models whose attention does"
         )
-    for module in modules:
-        attach(module, mechanism, options)
-    _record(model, modules, mechanism, options)
-    model.set_attn_implementation(implementation)  # type: ignore[operator]
-    if model.config._attn_implementation != implementation:  # type: ignore[union-attr]
-        raise ValueError(
-            f"{type(model).__name__} does not let its attention implementation be set "
-            "(set_attn_implementation); kattn.hf needs a model that uses AttentionInterface"
-        )
-    return model
+    can_set = getattr(type(model), "_can_set_attn_implementation", None)
+    if not callable(can_set) or not can_set():
+        raise ValueError(_CANNOT_SET.format(model=type(model).__name__))
+    return modules
 
 
 def from_pretrained(
@@ -116,12 +151,13 @@ def _record(model: nn.Module, modules: list[nn.Module], mechanism: str, options:
 
 
 def check_options(mechanism: str, options: dict[str, Any]) -> None:
-    """What :func:`use` refuses before changing a model: a mechanism that is not registered
-    (``ValueError``), an option ``config.json`` cannot hold (``ValueError``) and a
-    ``dropout`` option (``TypeError``: the model's config gives the rate)."""
+    """What :func:`use` refuses whatever the model: a mechanism that is not registered
+    (``ValueError``), an option ``config.json`` cannot hold (``ValueError``) and the options
+    the model gives (``TypeError``): ``dropout`` (the config's rate), ``head_dim``,
+    ``num_heads`` and ``max_len`` (each layer's sizes)."""
     implementation_name(mechanism)
     _check_recordable(options)
-    refuse_dropout(options)
+    refuse_layer_options(options)
 
 
 def _check_recordable(options: dict[str, Any]) -> None:

@@ -55,13 +55,15 @@ def patch(model: M, *, mechanism: str, **options: Any) -> M:
             cannot honour (nothing has been changed).
 
     Every refusal (an x-transformers feature, an option ``kattn.hf`` cannot record in a
-    config, a ``dropout`` option for a Hugging Face model, an option a mechanism rejects)
-    comes before any part of ``model`` is changed.
+    config, a ``dropout`` or ``max_len`` option for a Hugging Face model, a ``head_dim`` or
+    ``num_heads`` option, which each attention's own sizes give, an option a mechanism
+    rejects) comes before any part of ``model`` is changed.
 
     Returns:
         ``model`` itself, changed in place (or the new module if ``model`` is itself a
         ``torch.nn.MultiheadAttention``).
     """
+    _refuse_sizes(options)
     if isinstance(model, nn.MultiheadAttention):
         return MultiheadAttention.from_torch(model, mechanism=mechanism, **options)  # type: ignore[return-value]
     targets = find_xtransformers(model)
@@ -99,6 +101,17 @@ def patch(model: M, *, mechanism: str, **options: Any) -> M:
             f"kattn.patch left these attention-like modules as they were:\n{listing(skipped)}"
         )
     return model
+
+
+def _refuse_sizes(options: dict[str, Any]) -> None:
+    """``TypeError`` for a ``head_dim`` or ``num_heads`` option: each mechanism is sized by
+    the attention it replaces."""
+    for name in ("head_dim", "num_heads"):
+        if name in options:
+            raise TypeError(
+                f"{name}: kattn.patch sizes each mechanism by the attention it replaces (its "
+                f"heads and head size); leave {name} out of the options"
+            )
 
 
 def _swap_torch(model: nn.Module, mechanism: str, options: dict[str, Any]) -> list[nn.Module]:

@@ -49,13 +49,14 @@ def interface_applies(module: nn.Module) -> bool:
 
 
 def check_hf(module: nn.Module, mechanism: str, options: dict[str, Any]) -> None:
-    """Raise what ``kattn.hf.use`` would refuse for Hugging Face model ``module`` (options
-    ``config.json`` cannot hold, a ``dropout`` option, an unknown mechanism), so that
-    ``kattn.patch`` refuses before changing any part of a model; nothing where
-    :func:`patch_hf` would leave the model as it is."""
+    """Raise what ``kattn.hf.use`` would refuse for Hugging Face model ``module``
+    (``kattn.hf.check_use``: options ``config.json`` cannot hold, the options the model
+    gives such as ``dropout`` or ``max_len``, an unknown mechanism, an option the mechanism
+    rejects), so that ``kattn.patch`` refuses before changing any part of a model; nothing
+    where :func:`patch_hf` would leave the model as it is."""
     hf, _ = _kattn_hf("", module)
     if hf is not None:
-        hf.check_options(mechanism, options)
+        hf.check_use(module, mechanism, **options)
 
 
 def patch_hf(
