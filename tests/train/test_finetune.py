@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from kattn.cli import main
+from kattn.data.agnews import write_agnews_csv
 from kattn.train import apply_overrides, load_trained_model, preset
 from kattn.train.checkpoint import BEST, load_checkpoint
 from kattn.train.config import RunConfig
@@ -55,8 +56,8 @@ def agnews(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("agnews")
     words = ("apple", "river", "stone")
     for name, n in (("train.csv", 60), ("test.csv", 15)):
-        rows = [f'"{i % 3 + 1}","item {i}","the {words[i % 3]} of line {i}"' for i in range(n)]
-        (folder / name).write_text("\n".join(rows) + "\n", encoding="utf-8")
+        texts = [f"the {words[i % 3]} of line {i}" for i in range(n)]
+        write_agnews_csv(folder / name, texts, [i % 3 for i in range(n)])
     return folder
 
 

@@ -28,8 +28,12 @@ from kattn.train.loop import Interrupted, train  # noqa: E402
 from kattn.train.run import evaluate_saved_run  # noqa: E402
 
 from ..data.test_glue import write_release  # noqa: E402
+from . import test_finetune  # noqa: E402
 
 WORDS = ("apple", "river", "stone")
+#: the fixture of test_finetune: three classes in AG News's layout, a word of the text giving
+#: the class away.
+agnews = test_finetune.agnews
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 LOOP = ["train.steps=4", "train.batch_size=8", "train.eval_every=2", "train.log_every=2",
         "optim.warmup_steps=1", "optim.lr=3e-3"]  # fmt: skip
@@ -68,16 +72,6 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     torch.manual_seed(0)
     transformers.BertModel(config).save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def agnews(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Three classes in AG News's layout whose class a word of the text gives away."""
-    folder = tmp_path_factory.mktemp("agnews")
-    for name, n in (("train.csv", 60), ("test.csv", 15)):
-        rows = [f'"{i % 3 + 1}","item {i}","{text}"' for i, text in enumerate(texts(n))]
-        (folder / name).write_text("\n".join(rows) + "\n", encoding="utf-8")
     return folder
 
 
