@@ -60,6 +60,34 @@ def test_gpt2_scaling_by_layer_is_honoured() -> None:
         assert (output(model, batch) - expected).abs().max() <= 1e-6
 
 
+@pytest.mark.parametrize("mechanism", ["linear", "nprf_rpe", "ffk_glu"])
+def test_a_kernel_whose_scale_equals_the_models_keeps_it(mechanism: str) -> None:
+    """GPT-2 without scale_attn_weights scales layer 0 by 1.0, the scale of these kernels:
+    that does not make them follow the scaling a call passes."""
+    with pytest.warns(UserWarning, match="kernel of its own"):
+        model = hf.use(make("gpt2", scale_attn_weights=False), mechanism)
+    module = hf.attention_modules(model)[0]
+    assert module.scaling == 1.0 and module.kattn.scale == 1.0
+    assert not module._kattn_follows_scaling
+    q = torch.randn(1, 4, 3, 8)
+    hf.attention_forward(module, q, q, q, None, scaling=0.25, is_causal=True)
+    assert module.kattn.scale == 1.0
+
+
+def test_a_softmax_like_scale_takes_the_models_from_one_build() -> None:
+    """The model's scaling is set on the kattn module built once: the random features are
+    those drawn for a model with softmax's scaling."""
+    plain = hf.use(make("gpt2"), "performer", num_features=8)
+    unscaled = hf.use(make("gpt2", scale_attn_weights=False), "performer", num_features=8)
+    for a, b in zip(hf.attention_modules(plain), hf.attention_modules(unscaled), strict=True):
+        assert b._kattn_follows_scaling and b.kattn.scale == 1.0
+        assert a.kattn.scale == pytest.approx(8**-0.5)
+        for (name, x), (_, y) in zip(
+            a.kattn.state_dict().items(), b.kattn.state_dict().items(), strict=True
+        ):
+            assert torch.equal(x, y), name
+
+
 def test_a_scale_option_must_be_the_scaling_the_model_applies() -> None:
     """OPT scales its queries and calls attention with scaling 1.0: scale=1.0 is its own
     scaling (softmax equals eager), while Llama's 1/sqrt(8) refuses it."""

@@ -14,7 +14,7 @@ import inspect
 import math
 import warnings
 from contextvars import ContextVar
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -96,56 +96,61 @@ def refuse_layer_options(options: dict[str, Any]) -> None:
             )
 
 
+class Built(NamedTuple):
+    """A kattn module made by :func:`build_for` for an attention module.
+
+    Attributes:
+        attn: the kattn module.
+        follows_scaling: whether it takes the model's scaling of the logits, set on it now
+            and followed at each call (:func:`kattn.hf.attention.follow_scaling`).
+    """
+
+    attn: Attention
+    follows_scaling: bool
+
+
 def build_for(
     module: nn.Module, mechanism: str, options: dict[str, Any], *, device: Any = None
-) -> Attention:
+) -> Built:
     """The kattn module of ``mechanism`` for attention module ``module`` (see the module
     docstring), in the dtype of ``module``'s parameters and on ``device`` (theirs by default).
 
-    HF's ``scaling`` (``module.scaling``) becomes the ``scale`` option of a mechanism whose
-    default scale is softmax's ``1/√D`` (softmax, performer, ...) when it differs from it and
-    ``options`` set no scale (the attention function then follows the scaling each call
-    passes: :func:`kattn.hf.attention.follow_scaling`); mechanisms with a kernel of their own
-    keep their scale.
+    A mechanism whose scale is softmax's default ``1/√D`` (softmax, performer, ...) and that
+    ``options`` give no scale follows the model's: HF's ``scaling`` (``module.scaling``)
+    becomes its ``scale`` when it differs from ``1/√D``, and the attention function then
+    follows the scaling each call passes. Mechanisms with a kernel of their own keep their
+    scale (with a warning when the model's scaling is not ``1/√D``).
     """
     heads, head_dim, max_len = layer_sizes(module)
     refuse_layer_options(options)
     attn = build(mechanism, head_dim=head_dim, num_heads=heads, max_len=max_len, **options)
+    follows = follows_scaling(attn, options)
     scaling = getattr(module, "scaling", None)
-    if scaling is not None and follows_scaling(attn, options):
-        if not math.isclose(float(scaling), head_dim**-0.5, rel_tol=1e-12):
-            attn = build(
-                mechanism,
-                head_dim=head_dim,
-                num_heads=heads,
-                max_len=max_len,
-                scale=float(scaling),
-                **options,
+    if scaling is not None and not math.isclose(float(scaling), head_dim**-0.5, rel_tol=1e-12):
+        if follows:
+            # read at each forward, as the option would be: nothing else depends on it
+            cast(Any, attn).scale = float(scaling)
+        else:
+            warnings.warn(
+                f"the model scales attention logits by {float(scaling):.4g}, not "
+                f"1/sqrt(head_dim); mechanism {mechanism!r} has a kernel of its own and keeps "
+                "its scale",
+                stacklevel=3,
             )
-    elif scaling is not None and not math.isclose(float(scaling), head_dim**-0.5, rel_tol=1e-12):
-        warnings.warn(
-            f"the model scales attention logits by {float(scaling):.4g}, not 1/sqrt(head_dim); "
-            f"mechanism {mechanism!r} has a kernel of its own and keeps its scale",
-            stacklevel=3,
-        )
     reference = next(module.parameters(), None)
     dtype = reference.dtype if reference is not None else None
     device = device if device is not None else (reference.device if reference is not None else None)
-    return attn.to(device=device, dtype=dtype)
+    return Built(attn.to(device=device, dtype=dtype), follows)
 
 
-def follows_scaling(attn: Attention, options: dict[str, Any], scaling: Any = None) -> bool:
-    """Whether ``attn``, built with ``options``, takes the model's scaling of the logits:
-    ``options`` set no scale and ``attn`` scales ``q·k`` by softmax's default ``1/√D``
-    (``scale`` None means it) or by ``scaling``, which :func:`build_for` gave it."""
+def follows_scaling(attn: Attention, options: dict[str, Any]) -> bool:
+    """Whether ``attn``, just built with ``options``, takes the model's scaling of the
+    logits: ``options`` set no scale and ``attn`` scales ``q·k`` by softmax's default
+    ``1/√D`` (``scale`` None means it)."""
     if "scale" in options or not hasattr(attn, "scale"):
         return False
     scale: Any = cast(Any, attn).scale
-    return scale is None or any(
-        math.isclose(float(scale), float(s), rel_tol=1e-9)
-        for s in (attn.head_dim**-0.5, scaling)
-        if s is not None
-    )
+    return scale is None or math.isclose(float(scale), attn.head_dim**-0.5, rel_tol=1e-9)
 
 
 def attach(module: Any, mechanism: str, options: dict[str, Any], **kwargs: Any) -> Attention:
@@ -154,14 +159,14 @@ def attach(module: Any, mechanism: str, options: dict[str, Any], **kwargs: Any) 
     return install(module, build_for(module, mechanism, options, **kwargs), mechanism, options)
 
 
-def install(module: Any, attn: Attention, mechanism: str, options: dict[str, Any]) -> Attention:
-    """Set ``attn``, built by :func:`build_for` with ``mechanism`` and ``options``, as
+def install(module: Any, built: Built, mechanism: str, options: dict[str, Any]) -> Attention:
+    """Set the kattn module that :func:`build_for` made with ``mechanism`` and ``options`` as
     ``module.kattn`` and install the pre-hook; returns it. Built on the meta device (a model
     that transformers is about to load), it is :func:`complete` d at the first forward, if
     not before."""
-    attn = attn.train(module.training)
+    attn = built.attn.train(module.training)
     setattr(module, ATTRIBUTE, attn)
-    module._kattn_follows_scaling = follows_scaling(attn, options, getattr(module, "scaling", None))
+    module._kattn_follows_scaling = built.follows_scaling
     module._kattn_mechanism = mechanism
     module._kattn_options = dict(options)
     module._kattn_pending = any(t.is_meta for t in _tensors(attn))
@@ -177,7 +182,7 @@ def complete(module: Any) -> None:
     if not getattr(module, "_kattn_pending", False):
         return
     old = getattr(module, ATTRIBUTE)
-    fresh = build_for(module, module._kattn_mechanism, module._kattn_options)
+    fresh = build_for(module, module._kattn_mechanism, module._kattn_options).attn
     if any(t.is_meta for t in _tensors(old)):  # never loaded: nothing to keep
         setattr(module, ATTRIBUTE, fresh.train(module.training))
     else:

@@ -48,8 +48,8 @@ def use(model: M, mechanism: str, **options: Any) -> M:
     """
     modules = _checked_modules(model, mechanism, options)
     built = [build_for(module, mechanism, options) for module in modules]
-    for module, attn in zip(modules, built, strict=True):
-        install(module, attn, mechanism, options)
+    for module, made in zip(modules, built, strict=True):
+        install(module, made, mechanism, options)
     _record(model, modules, mechanism, options)
     implementation = implementation_name(mechanism)
     model.set_attn_implementation(implementation)  # type: ignore[operator]
