@@ -156,14 +156,28 @@ def test_llama4_chunked_decoding_equals_eager_or_is_refused() -> None:
             model(ids[:, t : t + 1], cache=cache)
 
 
-def test_mistral_with_its_default_window_equals_no_window() -> None:
+def test_mistral_with_its_default_window_gets_only_the_padding(monkeypatch) -> None:
+    """In the model, the default window (4096) over 12 positions hands the attention
+    function the (B, 1, 1, Lk) padding, not an Lq x Lk mask, and the outputs are those
+    without a window."""
+    from kattn.hf import attention
+
+    shapes = []
+
+    def spy(mask, **kwargs):
+        shapes.append(None if mask is None else tuple(mask.shape))
+        return hf.key_padding_mask(mask, **kwargs)
+
+    monkeypatch.setattr(attention, "key_padding_mask", spy)
     batch = inputs("mistral")
     mask = torch.ones_like(batch["input_ids"])
     mask[0, :4] = 0
     outs = []
     for window in (None, 4096):
+        shapes.clear()
         model = hf.use(make("mistral", sliding_window=window).double(), "performer")
         with torch.no_grad():
             outs.append(model(**batch, attention_mask=mask).logits)
+        assert shapes == [(2, 1, 1, 12)] * 2  # one call per layer
     real = mask.bool()
     assert torch.equal(outs[0][real], outs[1][real])
