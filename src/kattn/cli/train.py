@@ -226,14 +226,8 @@ def _config(args: argparse.Namespace) -> RunConfig:
 def _refuse_text_fields(config: RunConfig, args: argparse.Namespace) -> None:
     """:func:`~kattn.train.field_checks.refuse_text_fields` before the starts are read, its
     refusal naming the flag that set the field (``--from is for task finetune, not mlm``)."""
-    try:
-        refuse_text_fields(config)
-    except ValueError as err:
-        key, _, rest = str(err).partition(" ")
-        dest, flag = _TEXT_FLAGS.get(key, (None, None))
-        if dest is None or not getattr(args, dest):
-            raise
-        raise ValueError(f"{flag} {rest}") from None
+    flags = {key: flag for key, (dest, flag) in _TEXT_FLAGS.items() if getattr(args, dest)}
+    refuse_text_fields(config, flags)
 
 
 def _given_keys(args: argparse.Namespace) -> set[str]:

@@ -61,10 +61,11 @@ TEXT_FIELD_TASKS = {
 }
 
 
-def refuse_text_fields(config: RunConfig) -> None:
+def refuse_text_fields(config: RunConfig, names: dict[str, str] | None = None) -> None:
     """``ValueError`` for a field of task ``mlm`` (its masking) or of the text tasks
     (``data.glue``, ``model.init_from``, ``model.init_from_hf``), or ``model.embedding_norm``,
-    changed from its default in a run of a task that does not read it."""
+    changed from its default in a run of a task that does not read it. ``names``: how the
+    message names a field (e.g. the command-line flag that set it), by its key."""
     task, defaults = config.data.task, RunConfig()
     for key, tasks in TEXT_FIELD_TASKS.items():
         section, name = key.split(".")
@@ -72,7 +73,8 @@ def refuse_text_fields(config: RunConfig) -> None:
         if task not in tasks and value != getattr(getattr(defaults, section), name):
             owner = " and ".join(tasks)
             raise ValueError(
-                f"{key} is for task{'s' if len(tasks) > 1 else ''} {owner}, not {task}"
+                f"{(names or {}).get(key, key)} is for task{'s' if len(tasks) > 1 else ''} "
+                f"{owner}, not {task}"
             )
 
 
