@@ -4,7 +4,8 @@ A language-model run folder (``lm``, ``mlm``) is self-contained: ``config.json``
 model, ``best.pt`` or ``last.pt`` its weights, and the tokenizer is UTF-8 bytes or the file
 copied into the folder (an ``mlm`` run's special ids follow from it:
 :func:`kattn.train.mlm.run_vocab`).
-A classification run's model sizes come from its task data, which is read again.
+A classification run's model sizes come from its task data, which is read again (a run
+fine-tuned from a Hugging Face checkpoint is built from the config saved in its folder).
 """
 
 from __future__ import annotations
