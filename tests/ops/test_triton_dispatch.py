@@ -126,6 +126,34 @@ def test_calls_the_kernels_do_not_cover_are_refused_with_the_reason() -> None:
     auto(q, k, v, causal=True)  # auto: the PyTorch path
 
 
+def test_triton_refuses_fp64_states_beyond_the_sizes_checked_in_fp64() -> None:
+    from kattn.ops.triton.dispatch import MAX_FP64_FEATURES, MAX_FP64_VALUES
+
+    def built(num_features: int, **options):
+        torch.manual_seed(0)
+        attn = kattn.build(
+            "performer", head_dim=D, num_heads=H, num_features=num_features, backend="triton",
+            **options,
+        )  # fmt: skip
+        return attn.to(DEVICE, torch.float64).eval()
+
+    q, k, v = inputs()
+    g = torch.Generator().manual_seed(5)
+    wide = torch.randn(B, H, L, MAX_FP64_VALUES + 1, generator=g, dtype=torch.float64)
+    refused = rf"fp64 .* M <= {MAX_FP64_FEATURES} features and Dv <= {MAX_FP64_VALUES}"
+    many = MAX_FP64_FEATURES + 1
+    with pytest.raises(NotImplementedError, match=refused + rf".* M = {many} and Dv = 5"):
+        built(many)(q, k, v)
+    with pytest.raises(NotImplementedError, match=refused):
+        built(16)(q, k, wide.to(DEVICE), causal=True)
+    with pytest.raises(NotImplementedError, match=refused), torch.no_grad():
+        built(many).prefill(q, k, v)
+    with pytest.raises(NotImplementedError, match=refused):
+        built(many, rpe="decay")(q, k, v)
+    assert torch.isfinite(built(MAX_FP64_FEATURES)(q, k, v, causal=True)).all()
+    assert torch.isfinite(built(many)(*(x.float() for x in (q, k, v)))).all()  # fp32 fits
+
+
 def test_triton_refuses_tensors_it_cannot_read(monkeypatch: pytest.MonkeyPatch) -> None:
     attn = kattn.build("linear", head_dim=D, num_heads=H, backend="triton")
     q, k, v = inputs(dtype=torch.float32, device="cpu")
@@ -175,8 +203,8 @@ def test_auto_keeps_shapes_beyond_the_checked_sizes_on_the_pytorch_path(
     cuda = SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)
 
     def chosen(backend: str, m: int, dv: int):
-        fq, fk = torch.zeros(2, 1, 2, 9, m, dtype=torch.float64)
-        v = torch.zeros(1, 2, 9, dv, dtype=torch.float64)
+        fq, fk = torch.zeros(2, 1, 2, 9, m)
+        v = torch.zeros(1, 2, 9, dv)
         return dispatch.select_aggregator(
             backend, plain, cuda, call=call, causal=causal, features=(fq, fk, v)
         )

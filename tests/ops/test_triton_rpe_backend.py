@@ -128,8 +128,8 @@ def test_auto_keeps_the_fft_where_the_encoding_would_choose_it(monkeypatch):
     monkeypatch.setattr(type(encoding), "_auto_method", lambda *a: choice[0])
     monkeypatch.setattr(dispatch, "rpe_attend_triton", lambda *a, **k: calls.append("kernel"))
     g = torch.Generator().manual_seed(0)
-    phi_q, phi_k = torch.rand(2, B, H, L, 8, generator=g, dtype=torch.float64)
-    v = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
+    phi_q, phi_k = torch.rand(2, B, H, L, 8, generator=g)
+    v = torch.randn(B, H, L, D, generator=g)
     cuda = SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)
 
     def chosen(backend: str, features=(phi_q, phi_k, v)):
@@ -141,5 +141,5 @@ def test_auto_keeps_the_fft_where_the_encoding_would_choose_it(monkeypatch):
     choice[0] = "dense"
     chosen("auto").attend(phi_q, phi_k, v)
     assert calls == ["kernel", "kernel"]
-    wide = torch.rand(B, H, L, MAX_KERNEL_FEATURES + 1, generator=g, dtype=torch.float64)
+    wide = torch.rand(B, H, L, MAX_KERNEL_FEATURES + 1, generator=g)
     assert chosen("auto", (wide, wide, v)) is encoding

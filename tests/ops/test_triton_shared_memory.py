@@ -1,7 +1,8 @@
-"""Every Triton kernel, launched as the library launches it at the mechanisms' largest
-default shapes (M = 256 features, Dv = 128 value columns, chunks of 64), fits the shared
-memory of an A100 (sm_80) and of an H100 (sm_90), and the scanning kernels' products with
-bf16 inputs are tensor-core products.
+"""Every Triton kernel, launched as the library launches it at the largest sizes the dispatch
+holds it to (fp32 and bf16: the mechanisms' largest default shapes, M = 256 features and
+Dv = 128 value columns; fp64: M = 32, Dv = 64) with chunks of 64, fits the shared memory of
+an A100 (sm_80) and of an H100 (sm_90), and the scanning kernels' products with bf16 inputs
+are tensor-core products.
 
 The launches are recorded while the kernels run in Triton's interpreter on a few tokens, then
 compiled ahead of time for both targets in a process without the interpreter
@@ -25,13 +26,14 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.runtime import interpreter  # noqa: E402
 
 from kattn.functional.linear_causal import LinearState  # noqa: E402
+from kattn.functional.numerics import accumulation_dtype  # noqa: E402
 from kattn.ops.triton.banded import banded_linear_attention_triton  # noqa: E402
 from kattn.ops.triton.causal_linear import (  # noqa: E402
     causal_linear_attention_triton,
     causal_linear_prefill_triton,
 )
 from kattn.ops.triton.decay import decay_linear_attention_triton  # noqa: E402
-from kattn.ops.triton.dispatch import MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES  # noqa: E402
+from kattn.ops.triton.dispatch import checked_sizes  # noqa: E402
 from kattn.ops.triton.linear_step import linear_step_triton  # noqa: E402
 from kattn.ops.triton.noncausal_linear import linear_attention_triton  # noqa: E402
 from kattn.ops.triton.placement import interpreted  # noqa: E402
@@ -41,8 +43,6 @@ pytestmark = pytest.mark.skipif(not interpreted(), reason="records launches in t
 
 #: bytes of shared memory one block may use (CUDA programming guide, compute capabilities).
 LIMITS = {80: 166_912, 90: 232_448}
-#: the sizes the dispatch holds the kernels to (``backend="auto"`` keeps larger ones on PyTorch)
-M, DV = MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
 CHUNK, LENGTH = 64, 8
 #: the kernels that scan a sequence (their products on tensor cores for half inputs); the
 #: non-causal kernels holding a whole 256 × 128 state use IEEE products there.
@@ -100,21 +100,24 @@ def _recorded(run: Callable[[], object]) -> list[dict]:
     return list(launches.values())
 
 
-def _inputs(dtype: torch.dtype) -> Iterator[torch.Tensor]:
+def _inputs(dtype: torch.dtype, m: int, dv: int) -> Iterator[torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    yield (torch.rand(1, 2, LENGTH, M, generator=g) + 0.05).to(dtype).requires_grad_()
-    yield (torch.rand(1, 2, LENGTH, M, generator=g) + 0.05).to(dtype).requires_grad_()
-    yield torch.randn(1, 2, LENGTH, DV, generator=g).to(dtype).requires_grad_()
+    yield (torch.rand(1, 2, LENGTH, m, generator=g) + 0.05).to(dtype).requires_grad_()
+    yield (torch.rand(1, 2, LENGTH, m, generator=g) + 0.05).to(dtype).requires_grad_()
+    yield torch.randn(1, 2, LENGTH, dv, generator=g).to(dtype).requires_grad_()
     yield torch.randn(1, 2, LENGTH, generator=g).requires_grad_()
 
 
 def _run_every_kernel(dtype: torch.dtype) -> None:
-    """Forward and backward of every kernel-backed operation at the default shapes."""
-    fq, fk, v, s = _inputs(dtype)
+    """Forward and backward of every kernel-backed operation at the checked sizes of
+    ``dtype`` (:func:`~kattn.ops.triton.dispatch.checked_sizes`)."""
+    m, dv = checked_sizes(dtype)
+    fq, fk, v, s = _inputs(dtype, m, dv)
     out = causal_linear_attention_triton(fq, fk, v, k_log_scale=s, chunk_size=CHUNK)
     out = out + linear_attention_triton(fq, fk, v, k_log_scale=s)
     out.float().sum().backward()
-    state = LinearState(torch.zeros(1, 2, M, DV), torch.zeros(1, 2, M), torch.zeros(1, 2))
+    acc = accumulation_dtype(dtype)
+    state = LinearState(*(torch.zeros(1, 2, *shape, dtype=acc) for shape in ((m, dv), (m,), ())))
     with torch.no_grad():
         causal_linear_prefill_triton(fq, fk, v, state, k_log_scale=s, chunk_size=CHUNK)
         one = (x[:, :, :1] for x in (fq, fk, v))
@@ -162,16 +165,17 @@ def _can_target_cuda() -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_every_kernel_fits_the_shared_memory_of_sm80_and_sm90(dtype: torch.dtype) -> None:
     launches = _recorded(lambda: _run_every_kernel(dtype))
     kernels = {launch["kernel"].split(":")[1] for launch in launches}
     assert len(kernels) >= 10, sorted(kernels)
     report = []
-    # fp32 products are not tensor-core products on either target, so their tiles are laid
-    # out alike and sm_80, the smaller limit, decides (the two agree: benchmarks/results/
-    # triton-shared-memory/); bf16 tiles take sm_90's warp-group layouts and are checked on both
-    targets = sorted(LIMITS) if dtype == torch.bfloat16 else [80]
+    # fp32 products are not tensor-core products on either target, so sm_80, the smaller
+    # limit, decides (sm_90 needed as much or less where both were compiled: before.txt in
+    # benchmarks/results/triton-shared-memory/); bf16 tiles take sm_90's warp-group layouts,
+    # and fp64 (small sizes, quick to compile) is checked on both too
+    targets = [80] if dtype == torch.float32 else sorted(LIMITS)
     for launch, per_target in zip(launches, _compiled(launches, targets), strict=True):
         for cap, (shared, products) in zip(targets, per_target, strict=True):
             report.append((launch["kernel"], cap, shared, products))

@@ -93,8 +93,10 @@ def scan_tiles(
     """The chunk and the feature and value blocks ``(C, BM, BDV)`` of a scanning kernel over
     ``m`` features and ``dv`` value columns (at most ``max_value_block`` per program), with
     the chunk lowered as the ``BM × BDV`` state grows, so that the kernels at ``M <= 256`` and
-    ``Dv <= 128`` fit the shared memory of sm_80 (``tests/ops/test_triton_shared_memory.py``
-    compiles them). The chunk changes how the sums are grouped, not what they are."""
+    ``Dv <= 128`` fit the shared memory of sm_80 with fp32 or half inputs; fp64 tiles take
+    twice the bytes and fit only smaller states, to which the dispatch holds fp64
+    (:func:`~kattn.ops.triton.dispatch.checked_sizes`; ``tests/ops/test_triton_shared_memory.py``
+    compiles both). The chunk changes how the sums are grouped, not what they are."""
     bm, bdv = block(m), block(dv)
     if max_value_block is not None:
         bdv = min(bdv, max_value_block)

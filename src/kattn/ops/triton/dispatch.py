@@ -65,6 +65,7 @@ def kernel_gap(
     causal: bool = True,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     tensors: Iterable[object] = (),
+    features: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> str | None:
     """Why the Triton kernels do not cover this call (None when they do).
 
@@ -76,9 +77,18 @@ def kernel_gap(
         chunk_size: the mechanism's chunk size, which the causal kernels use.
         tensors: the inputs and state of a step or prefill (their kernels have no backward):
             tensors, None, or tuples of them such as a state.
+        features: the ``(phi_q, phi_k, v)`` of an ``attend`` or ``prefill``: fp64 ones
+            beyond the sizes checked in fp64 (:func:`checked_sizes`) are not covered.
     """
     if type(aggregator) is not LinearAggregator:
-        return _encoding_gap(aggregator, call)
+        gap = _encoding_gap(aggregator, call)
+    else:
+        gap = _linear_gap(call, causal, chunk_size, tensors)
+    return gap if gap is not None or features is None else _fp64_gap(features[0], features[2])
+
+
+def _linear_gap(call: str, causal: bool, chunk_size: int, tensors: Iterable[object]) -> str | None:
+    """Why no kernel of the plain linear aggregator runs this call (None when one does)."""
     uses_chunks = call == "prefill" or (call == "attend" and causal)
     if uses_chunks and chunk_size not in KERNEL_CHUNKS:
         return (
@@ -203,7 +213,10 @@ def select_aggregator(
     ``attend`` or ``prefill``, for ``"auto"``'s choice; errors as :func:`use_triton`)."""
     if backend == "torch" or (backend == "auto" and x.device.type != "cuda"):
         return aggregator
-    gap = kernel_gap(aggregator, call=call, causal=causal, chunk_size=chunk_size, tensors=tensors)
+    gap = kernel_gap(
+        aggregator, call=call, causal=causal, chunk_size=chunk_size, tensors=tensors,
+        features=features,
+    )  # fmt: skip
     if not use_triton(backend, gap, x, aggregator=aggregator, features=features, causal=causal):
         return aggregator
     if type(aggregator) is not LinearAggregator:
@@ -234,13 +247,40 @@ def triton_encoding_aggregator(encoding: Aggregator) -> TritonEncodingAggregator
 
 
 #: the most features and value columns whose kernels are known to fit the shared memory of an
-#: sm_80 GPU (compiled ahead of time by tests/ops/test_triton_shared_memory.py).
+#: sm_80 GPU with fp32 or half inputs (compiled ahead of time by
+#: tests/ops/test_triton_shared_memory.py).
 MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES = 256, 128
+#: the same with fp64 inputs (``backend="triton"`` only; ``"auto"`` keeps fp64 on PyTorch),
+#: whose tiles take twice the bytes: states up to 64 × 64 scan chunks of 64 tokens, which in
+#: fp64 fit only up to these sizes.
+MAX_FP64_FEATURES, MAX_FP64_VALUES = 32, 64
+
+
+def checked_sizes(dtype: torch.dtype) -> tuple[int, int]:
+    """The most features and value columns checked to fit, for values of ``dtype``."""
+    if dtype == torch.float64:
+        return MAX_FP64_FEATURES, MAX_FP64_VALUES
+    return MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
 
 
 def kernels_fit(phi_q: Tensor, v: Tensor) -> bool:
-    """Whether features ``(…, M)`` and values ``(…, Dv)`` are within the checked sizes."""
-    return phi_q.shape[-1] <= MAX_KERNEL_FEATURES and v.shape[-1] <= MAX_KERNEL_VALUES
+    """Whether features ``(…, M)`` and values ``(…, Dv)`` are within the checked sizes of
+    ``v``'s dtype (:func:`checked_sizes`)."""
+    max_features, max_values = checked_sizes(v.dtype)
+    return phi_q.shape[-1] <= max_features and v.shape[-1] <= max_values
+
+
+def _fp64_gap(phi_q: Tensor, v: Tensor) -> str | None:
+    """Why fp64 sums of this size do not run on the kernels (None when they may): a launch
+    would need more shared memory than a GPU has."""
+    if v.dtype != torch.float64 or kernels_fit(phi_q, v):
+        return None
+    return (
+        f"fp64 kernels are checked to fit a GPU's shared memory up to M <= {MAX_FP64_FEATURES} "
+        f"features and Dv <= {MAX_FP64_VALUES} value columns (an fp64 tile takes twice the "
+        f"bytes), this call has M = {phi_q.shape[-1]} and Dv = {v.shape[-1]}: use fp32 or half "
+        "inputs, or backend='torch' for fp64"
+    )
 
 
 class TritonEncodingAggregator(Aggregator):
