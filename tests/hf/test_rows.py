@@ -1,6 +1,7 @@
 """kattn.hf's cached paths hand a mechanism fewer queries than the full forward; the
-mechanisms whose rows depend on the other queries or on the query's position are refused
-there (kattn.hf.rows), checked over kattn.available()."""
+mechanisms whose rows depend on the other queries or on the query's position (their flags
+rows_depend_on_other_queries, rows_depend_on_position) are refused there (kattn.hf.rows):
+the flags are checked against the outputs over kattn.available()."""
 
 from __future__ import annotations
 
@@ -17,12 +18,7 @@ from .tiny_models import inputs, make, make_bart
 
 hf = pytest.importorskip("kattn.hf")
 from kattn.hf.attention import _attend_last_rows  # noqa: E402
-from kattn.hf.rows import (  # noqa: E402
-    check_cross_step,
-    check_last_rows,
-    depends_on_other_queries,
-    depends_on_query_position,
-)
+from kattn.hf.rows import check_cross_step, check_last_rows  # noqa: E402
 
 # options that make blocks, buckets, clusters and landmarks smaller than the 40 queries, so
 # that the mechanisms that mix queries do it here
@@ -72,7 +68,7 @@ def test_last_rows_after_cached_keys_are_exact_or_refused(name: str, options: di
     with torch.no_grad():
         full = attn(q, k, v, causal=True)[:, :, 31:]
         last = _attend_last_rows(attn, q[:, :, 31:], k, v, None)
-    if depends_on_other_queries(attn):
+    if attn.rows_depend_on_other_queries:
         assert (full - last).abs().max() > 1e-3  # listed for a reason
         with pytest.raises(NotImplementedError, match="use_cache=False"):
             check_last_rows(attn)
@@ -91,7 +87,7 @@ def test_a_lone_cross_attention_query_is_exact_or_refused(name: str, options: di
     with torch.no_grad():
         full = attn(q, k, v, causal=False)[:, :, rows]
         lone = torch.cat([attn(q[:, :, i : i + 1], k, v, causal=False) for i in rows], 2)
-    if depends_on_other_queries(attn) or depends_on_query_position(attn):
+    if attn.rows_depend_on_other_queries or attn.rows_depend_on_position:
         assert (full - lone).abs().max() > 1e-3  # listed for a reason
         check_cross_step(attn, 0)  # the first call holds every query so far
         with pytest.raises(NotImplementedError, match="use_cache=False"):
@@ -124,7 +120,7 @@ def test_cached_logits_equal_the_full_forward_or_are_refused(mechanism: str) -> 
         full = model(ids, use_cache=False).logits
         cache = DynamicCache(config=model.config)
         first = model(ids[:, :8], cache=cache).logits
-        if depends_on_other_queries(hf.attention_modules(model)[0].kattn):
+        if hf.attention_modules(model)[0].kattn.rows_depend_on_other_queries:
             with pytest.raises(NotImplementedError, match="use_cache=False"):
                 model(ids[:, 8:9], cache=cache)
             return

@@ -16,6 +16,12 @@ from ..registry import CAPABILITY_FLAGS, check_option_types, declared_types, key
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
+#: Flags of how a query's output row is formed, given by :meth:`Attention.capabilities` with
+#: the capability flags (``kattn.spec`` does not list them): a key/value cache hands a
+#: mechanism fewer queries than the full forward, which gives each of them the same row
+#: only where these are False (``kattn.hf`` refuses the rest there).
+ROW_FLAGS = ("rows_depend_on_other_queries", "rows_depend_on_position")
+
 
 _M = TypeVar("_M", bound=Callable[..., Any])
 
@@ -54,6 +60,13 @@ class Attention(nn.Module):
     limits_length: bool = False
     #: whether the mechanism implements dropout of attention weights (a ``dropout`` option).
     supports_attention_dropout: bool = False
+    #: whether a query's output row depends on the other queries of the call (buckets,
+    #: clusters, landmarks or a selection built from all of them), not only on that query,
+    #: its position and the keys.
+    rows_depend_on_other_queries: bool = False
+    #: whether a query's output row depends on the query's position (a relative-position
+    #: encoding, logits indexed by position), not only on the query and the keys.
+    rows_depend_on_position: bool = False
 
     def __init__(self, *, head_dim: int, num_heads: int, max_len: int | None = None) -> None:
         super().__init__()
@@ -69,8 +82,9 @@ class Attention(nn.Module):
     # ----------------------------------------------------------------- class-level description
     @classmethod
     def capabilities(cls, **options: Any) -> dict[str, bool]:
-        """Capability flags of an instance built with ``options`` (class defaults here)."""
-        return {flag: bool(getattr(cls, flag)) for flag in CAPABILITY_FLAGS}
+        """Capability flags (and :data:`ROW_FLAGS`) of an instance built with ``options``
+        (class defaults here)."""
+        return {flag: bool(getattr(cls, flag)) for flag in (*CAPABILITY_FLAGS, *ROW_FLAGS)}
 
     @classmethod
     def option_names(cls, options: Mapping[str, Any]) -> list[str] | None:

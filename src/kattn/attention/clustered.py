@@ -78,6 +78,7 @@ class ClusteredAttention(SeededDraws, Attention):
     supports_cross = True
     supports_recurrent = False
     is_exact = False
+    rows_depend_on_other_queries = True  # the clusters are built from all queries
     draw_stream = "clustered"
     #: the attention function and its dense reference, called on the clustering.
     _paths: ClassVar[tuple[Callable[..., Tensor], Callable[..., Tensor]]] = (

@@ -9,6 +9,7 @@ from typing import Any
 from torch import Tensor
 
 from ..aggregator import Aggregator
+from ..positional import RelativePositionBias
 from .base import Attention
 from .rpe_options import aggregator_class
 
@@ -24,11 +25,13 @@ class EncodedAttention(Attention):
     @classmethod
     def capabilities(cls, **options: Any) -> dict[str, bool]:
         """The class flags, with ``supports_recurrent`` and ``supports_cross`` those of the
-        encoding that ``rpe`` gives."""
+        encoding that ``rpe`` gives; with an encoding, a query's row depends on its position
+        (each key is weighed by its offset from the query)."""
         encoding = aggregator_class(options.get("rpe"))
         flags = super().capabilities(**options)
         flags["supports_recurrent"] = bool(encoding.supports_recurrent)
         flags["supports_cross"] = bool(encoding.supports_cross)
+        flags["rows_depend_on_position"] = issubclass(encoding, RelativePositionBias)
         return flags
 
     def check_inputs(

@@ -78,6 +78,7 @@ class InformerAttention(SeededDraws, Attention):
     supports_cross = True
     supports_recurrent = False
     is_exact = False
+    rows_depend_on_other_queries = True  # the queries attended are selected among all of them
     draw_stream = "informer"
 
     def __init__(

@@ -40,6 +40,7 @@ class NystromformerAttention(Attention):
     """
 
     supports_causal = False
+    rows_depend_on_other_queries = True  # landmarks: segment means of the queries
 
     def __init__(
         self,

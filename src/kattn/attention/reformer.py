@@ -95,6 +95,7 @@ class ReformerAttention(SeededDraws, Attention):
     is_exact = False
     supports_cross = False
     supports_recurrent = False
+    rows_depend_on_other_queries = True  # shared_qk's default
     draw_stream = "reformer"
 
     def __init__(
@@ -130,6 +131,16 @@ class ReformerAttention(SeededDraws, Attention):
         self.attend_across_buckets = boolean("attend_across_buckets", attend_across_buckets)
         self.scale = positive_float_or_none("scale", scale)
         self._init_seeded(seed)
+        self._set_capabilities(shared_qk=shared_qk)
+
+    @classmethod
+    def capabilities(cls, **options: Any) -> dict[str, bool]:
+        """The class flags; a query's buckets depend on the other queries only with shared
+        query-key (the keys are then the queries themselves)."""
+        flags = super().capabilities(**options)
+        if "shared_qk" in options:
+            flags["rows_depend_on_other_queries"] = bool(options["shared_qk"])
+        return flags
 
     # ---------------------------------------------------------------------------- rotations
     def buckets(self, length: int) -> int:

@@ -45,6 +45,7 @@ class SkyformerAttention(Attention):
     """
 
     supports_causal = False
+    rows_depend_on_other_queries = True  # landmarks drawn from the queries and keys
 
     def __init__(
         self,

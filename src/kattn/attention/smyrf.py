@@ -72,6 +72,7 @@ class SmyrfAttention(SeededDraws, Attention):
     supports_cross = True
     supports_recurrent = False
     is_exact = False
+    rows_depend_on_other_queries = True  # the clusters are built from all queries
     draw_stream = "smyrf"
 
     def __init__(

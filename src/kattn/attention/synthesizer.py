@@ -94,6 +94,15 @@ class SynthesizerAttention(Attention):
     supports_recurrent = True
     limits_length = True
 
+    @classmethod
+    def capabilities(cls, **options: Any) -> dict[str, bool]:
+        """The class flags; the random variants' logits are indexed by the query's position
+        (row i of S), the dense ones' are computed from the query."""
+        flags = super().capabilities(**options)
+        if "variant" in options:
+            flags["rows_depend_on_position"] = "random" in str(options["variant"])
+        return flags
+
     def __init__(
         self,
         *,
@@ -124,6 +133,7 @@ class SynthesizerAttention(Attention):
         if factor is not None and variant != "factorized_dense":
             raise ValueError(f"factor applies to variant='factorized_dense', not {variant!r}")
         self.variant, self.mix, self.fixed_random = variant, mix, fixed_random
+        self._set_capabilities(variant=variant)
         self.table: Tensor
         self.left: Tensor
         self.right: Tensor
