@@ -31,7 +31,7 @@ from ...aggregator import Aggregator, LinearAggregator
 from ...functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE, LinearState
 from ...functional.numerics import DEFAULT_EPS
 from ...positional.base import RelativePositionBias
-from .placement import kernels_read, triton_importable
+from .placement import check_device, triton_importable
 from .rpe_dispatch import KERNEL_CHUNKS, rpe_attend_triton, rpe_kernel_gap
 
 __all__ = [
@@ -144,7 +144,8 @@ def use_triton(
     Raises:
         NotImplementedError: ``backend="triton"`` and the kernels do not cover the call.
         ImportError: ``backend="triton"`` without triton installed.
-        ValueError: ``backend="triton"`` on tensors the kernels cannot read.
+        ValueError: ``backend="triton"`` on tensors the kernels cannot read
+            (:func:`~.placement.check_device`).
     """
     if backend == "torch":
         return False
@@ -162,11 +163,7 @@ def use_triton(
         raise ImportError(
             "backend='triton' needs triton: pip install 'kattn[gpu]' (Linux), or use backend='auto'"
         )
-    if not kernels_read(x):
-        raise ValueError(
-            f"backend='triton' runs on CUDA tensors, or on CPU tensors with TRITON_INTERPRET=1 "
-            f"set before triton is imported; got {x.device.type} tensors"
-        )
+    check_device(x)
     return True
 
 
