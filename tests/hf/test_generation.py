@@ -166,3 +166,36 @@ def test_key_value_caches_of_different_lengths_are_stepped_per_sequence() -> Non
     with torch.no_grad():
         model(ids, attention_mask=torch.ones_like(ids), cache=cache)
     assert not isinstance(cache.layers[0].state, list)
+
+
+def test_a_step_of_one_sequence_reads_slices_as_the_index_tensors_would(monkeypatch) -> None:
+    """Per-sequence states (key/value caches of different lengths) step one sequence at a
+    time with every key kept: slices, not index tensors, with the same outputs and states."""
+    import kattn
+    from kattn.hf import RecurrentLayer
+
+    torch.manual_seed(0)
+    attn = kattn.build("softmax", head_dim=8, num_heads=2).double()
+    g = torch.Generator().manual_seed(4)
+    prompt = [torch.randn(3, 2, 5, 8, generator=g, dtype=torch.float64) for _ in range(3)]
+    step = [torch.randn(3, 2, 1, 8, generator=g, dtype=torch.float64) for _ in range(3)]
+    padding = torch.zeros(3, 5, dtype=torch.bool)
+    padding[0, :2] = True  # the first prompt is left-padded: states of 3, 5 and 5 keys
+    fast, slow = RecurrentLayer(), RecurrentLayer()
+    for layer in (fast, slow):
+        layer.attend(attn, *prompt, padding)
+    assert isinstance(fast.state, list)
+    indexed, calls = RecurrentLayer._read_rows_indexed, []
+    monkeypatch.setattr(
+        RecurrentLayer, "_read_rows_indexed", lambda *a: calls.append(1) or indexed(*a)
+    )
+    got = fast.attend(attn, *step, None)
+    assert not calls
+    expected = torch.zeros_like(got)
+    for b in range(3):
+        slow._read_rows_indexed(attn, *step, expected, [b], [0])
+    assert torch.equal(got, expected)
+    for a, b in zip(fast.state, slow.state, strict=True):  # past length: unwritten capacity
+        assert a.length == b.length
+        assert torch.equal(a.keys[:, :, : a.length], b.keys[:, :, : b.length])
+        assert torch.equal(a.values[:, :, : a.length], b.values[:, :, : b.length])

@@ -166,6 +166,27 @@ class RecurrentLayer(CacheLayerMixin):
     ) -> None:
         """Read the keys ``keep`` of the sequences ``rows`` (all with no state yet, or one)
         into their states, writing their outputs into ``out``."""
+        if len(rows) == 1 and len(keep) == q.shape[2]:
+            # one sequence, every key kept (each step of per-sequence states): slices
+            b = rows[0]
+            out_b, self.state[b] = _read(
+                attn, q[b : b + 1], k[b : b + 1], v[b : b + 1], self.state[b]
+            )
+            out[b : b + 1] = out_b.to(out.dtype)
+            return
+        self._read_rows_indexed(attn, q, k, v, out, rows, keep)
+
+    def _read_rows_indexed(
+        self,
+        attn: Attention,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        rows: list[int],
+        keep: list[int],
+    ) -> None:
+        """:meth:`_read_rows` for any ``rows`` and ``keep``, by index tensors."""
         index = torch.tensor(rows, device=q.device)
         cols = torch.tensor(keep, device=q.device)
         qb, kb, vb = (x.index_select(0, index).index_select(2, cols) for x in (q, k, v))
