@@ -31,6 +31,7 @@ from .linear_causal import (
 )
 from .numerics import (
     DEFAULT_EPS,
+    delayed,
     exp_nonpositive,
     guard_normaliser,
     key_scales,
@@ -290,8 +291,8 @@ def _causal_banded(
     # far keys j <= i − left, weighted c_L: causal linear attention over the keys delayed by
     # `left` positions (kept apart from the band, so a large c_L cancels nothing)
     delay = min(left, lq)
-    fk_far, v_far = (F.pad(x, (0, 0, delay, 0))[:, :, :lq] for x in (fk, v))
-    s_far = None if s is None else F.pad(s, (delay, 0), value=log_floor(s.dtype))[:, :, :lq]
+    fk_far, v_far = (delayed(x, delay) for x in (fk, v))  # Lk == Lq: causal
+    s_far = None if s is None else delayed(s, delay, log_floor(s.dtype))
     num, den, r_far, _ = causal_linear_sums(
         fq, fk_far, v_far, s_far, chunk_size=c, block_size=block_size
     )

@@ -28,7 +28,7 @@ from .linear_causal import (
     linear_attention_init_state,
 )
 from .linear_step import causal_step_sums
-from .numerics import DEFAULT_EPS, guard_normaliser, log_floor
+from .numerics import DEFAULT_EPS, delayed, guard_normaliser, log_floor, one_length
 from .numerics import prepare_linear_inputs as _prepare
 
 
@@ -84,20 +84,16 @@ def decay_linear_attention(
     log_alpha, log_gamma = log_alpha.to(fq.dtype), log_gamma.to(fq.dtype)
     if causal and lq != lk:
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
-    length = max(lq, lk)  # the recurrences run over positions: pad the shorter side
-    # (added key positions have zero features: they count nothing, whatever their log-scale)
-    fq = F.pad(fq, (0, 0, 0, length - lq))
-    fk, v32 = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, v32))
-    if s is not None:
-        s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
+    fq, fk, v32, s = one_length(fq, fk, v32, s)  # the recurrences run over positions
+    length = fq.shape[2]
     sides = [(fq, fk, v32)]
     scales = [s]
     if not causal:
         # future terms: the reversed sequence, keys shifted by one so that j > i strictly
-        back = [F.pad(x.flip(2), (0, 0, 1, 0))[:, :, :length] for x in (fk, v32)]
+        back = [delayed(x.flip(2), 1) for x in (fk, v32)]
         sides.append((fq.flip(2), back[0], back[1]))
         if s is not None:
-            scales.append(F.pad(s.flip(2), (1, 0), value=log_floor(s.dtype))[:, :, :length])
+            scales.append(delayed(s.flip(2), 1, log_floor(s.dtype)))
     n_sides = len(sides)
     q_all, k_all, v_all = (
         torch.cat([_repeat_terms(side[i], r) for side in sides], dim=1) for i in range(3)

@@ -1,4 +1,5 @@
-"""Numerical helpers shared by the attention maths: dtypes, guards, safe exponentials."""
+"""Numerical helpers shared by the attention maths: dtypes, guards, safe exponentials, and the
+padding of sequences that recurrences over positions share (PyTorch paths and kernels)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -104,3 +106,28 @@ def key_scales(s: Tensor) -> Tensor:
 def scaled_key_features(fk: Tensor, s: Tensor | None) -> Tensor:
     """``fk · exp(s − max s)`` (see :func:`key_scales`); ``fk`` itself when ``s`` is None."""
     return fk if s is None else fk * key_scales(s)[..., None]
+
+
+def delayed(x: Tensor, delay: int, value: float = 0.0) -> Tensor:
+    """``x`` ``(B, H, T, ·)`` or ``(B, H, T)`` moved ``delay`` positions later along T, the
+    first ``delay`` positions ``value``; the same shape (the last ``delay`` positions drop)."""
+    length = x.shape[2]
+    if x.dim() == 3:
+        return F.pad(x, (delay, 0), value=value)[:, :, :length]
+    return F.pad(x, (0, 0, delay, 0), value=value)[:, :, :length]
+
+
+def one_length(
+    fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """Queries ``(B, H, Lq, M)`` and keys, values and log-scales ``(B, H, Lk, ·)`` padded at the
+    end to one length ``max(Lq, Lk)`` (zero features, log-scales at the floor), for
+    recurrences that walk positions with queries and keys together (added key positions count
+    nothing, whatever their log-scale: their features are zero)."""
+    lq, lk = fq.shape[2], fk.shape[2]
+    length = max(lq, lk)
+    fq = F.pad(fq, (0, 0, 0, length - lq))
+    fk, v = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, v))
+    if s is not None:
+        s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
+    return fq, fk, v, s

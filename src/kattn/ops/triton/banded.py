@@ -26,8 +26,15 @@ import torch
 from torch import Tensor
 
 from ...functional.banded import banded_linear_attention
-from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, guard_normaliser, log_floor
-from .common import check_chunk, checked_inputs, delayed, masked_keys, one_length
+from ...functional.numerics import (
+    DEFAULT_EPS,
+    accumulation_dtype,
+    delayed,
+    guard_normaliser,
+    log_floor,
+    one_length,
+)
+from .common import check_chunk, checked_inputs, masked_keys
 from .decay import decayed_causal_sums_triton
 from .recompute import kernel_with_reference_grad
 from .toeplitz_blocked import rpe_window_sums_triton

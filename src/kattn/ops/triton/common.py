@@ -5,7 +5,6 @@ normaliser guard, and the preparation of padded keys and of the causal-safe key 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ...functional.numerics import accumulation_dtype, log_floor
@@ -28,11 +27,9 @@ __all__ = [
     "block",
     "check_chunk",
     "checked_inputs",
-    "delayed",
     "dot_precision",
     "guard",
     "masked_keys",
-    "one_length",
     "running_offsets",
     "scan_tiles",
 ]
@@ -136,29 +133,6 @@ def masked_keys(
         if s is not None:
             s = s.masked_fill(pad, log_floor(s.dtype))
     return phi_k.contiguous(), v.contiguous(), None if s is None else s.contiguous()
-
-
-def delayed(x: Tensor, delay: int, value: float = 0.0) -> Tensor:
-    """``x (B, H, T, ·)`` or ``(B, H, T)`` moved ``delay`` positions later (``value`` first)."""
-    length = x.shape[2]
-    if x.dim() == 3:
-        return F.pad(x, (delay, 0), value=value)[:, :, :length]
-    return F.pad(x, (0, 0, delay, 0), value=value)[:, :, :length]
-
-
-def one_length(
-    fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Queries ``(B, H, Lq, M)`` and keys, values and log-scales ``(B, H, Lk, ·)`` padded at the
-    end to one length ``max(Lq, Lk)`` (zero features, log-scales at the floor), for kernels
-    that walk positions with queries and keys together."""
-    lq, lk = fq.shape[2], fk.shape[2]
-    length = max(lq, lk)
-    fq = F.pad(fq, (0, 0, 0, length - lq))
-    fk, v = (F.pad(x, (0, 0, 0, length - lk)) for x in (fk, v))
-    if s is not None:
-        s = F.pad(s, (0, length - lk), value=log_floor(s.dtype))
-    return fq, fk, v, s
 
 
 def running_offsets(s: Tensor, start: Tensor | None = None) -> Tensor:

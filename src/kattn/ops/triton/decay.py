@@ -22,17 +22,22 @@ import torch
 from torch import Tensor
 
 from ...functional.decay import decay_linear_attention
-from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, guard_normaliser, log_floor
+from ...functional.numerics import (
+    DEFAULT_EPS,
+    accumulation_dtype,
+    delayed,
+    guard_normaliser,
+    log_floor,
+    one_length,
+)
 from .common import (
     NO_OFFSET,
     SCAN_STAGES,
     acc_type,
     check_chunk,
     checked_inputs,
-    delayed,
     dot_precision,
     masked_keys,
-    one_length,
     scan_tiles,
     tl,
     triton,
