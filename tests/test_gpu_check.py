@@ -29,9 +29,8 @@ def test_the_dry_run_goes_through_every_part(tmp_path) -> None:
     names = {r["name"] for r in report["kernels"]}
     assert {"kattn triton", "sdpa", "kattn triton decay rpe (R=3)"} <= names
     assert all(r["finite"] and r["seconds"] > 0 for r in report["kernels"])
-    ours = next(r for r in report["kernels"] if r["name"] == "kattn triton")
-    assert ours["max_abs_error"] < 2e-2  # bf16 outputs against the fp32 PyTorch path
     # every kattn row, the relative-position kernels included, is checked against its path
+    # (bf16 outputs against the fp32 PyTorch path, within the script's TOLERANCE)
     checked = {r["name"] for r in report["kernels"] if "max_abs_error" in r}
     assert names - {"sdpa"} <= checked
     assert all(r["within_tolerance"] for r in report["kernels"] if r["name"] in checked)
