@@ -86,8 +86,9 @@ def benchmark_commands(out: Path, dry_run: bool) -> list[tuple[str, list[str]]]:
     return [("kattn bench speed", speed), ("lm_speed", lm)]
 
 
-def candidates(device: str, heads: int, flash: Any) -> dict[str, Callable[..., Any]]:
-    """Name → ``fn(q, k, v, fq, fk)`` of each causal attention compared."""
+def candidates(rpe: dict[str, Callable[..., Any]], flash: Any) -> dict[str, Callable[..., Any]]:
+    """Name → ``fn(q, k, v, fq, fk)`` of each causal attention compared (``rpe``: the
+    positional coefficients, :func:`rpe_inputs`)."""
     import torch.nn.functional as F
 
     from kattn.functional import linear_attention_chunked
@@ -95,8 +96,6 @@ def candidates(device: str, heads: int, flash: Any) -> dict[str, Callable[..., A
     from kattn.ops.triton.causal_linear import causal_linear_attention_triton
     from kattn.ops.triton.decay import decay_linear_attention_triton
     from kattn.ops.triton.toeplitz_blocked import toeplitz_linear_attention_triton
-
-    rpe = rpe_inputs(device, heads)
 
     def sdpa(q, k, v, fq, fk):
         with flash():
@@ -145,16 +144,15 @@ def rpe_inputs(device: str, heads: int) -> dict[str, Callable[..., Any]]:
     }
 
 
-def references(device: str, heads: int) -> dict[str, Callable[..., Any]]:
-    """Name → ``reference(fq, fk, v)``: each kattn candidate's PyTorch path (run in fp32)."""
+def references(rpe: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+    """Name → ``reference(fq, fk, v)``: each kattn candidate's PyTorch path (run in fp32), with
+    the candidates' positional coefficients ``rpe``."""
     from kattn.functional import (
         banded_linear_attention,
         decay_linear_attention,
         linear_attention_chunked,
     )
     from kattn.ops.triton.toeplitz_blocked import _toeplitz_reference
-
-    rpe = rpe_inputs(device, heads)
 
     def decay(fq, fk, v):
         log_alpha, log_gamma = (x.detach().float() for x in rpe["decay"]())
@@ -216,8 +214,9 @@ def kernel_benchmark(device: str, shape: dict[str, Any], repeats: int) -> list[d
 
     dtype = torch.bfloat16
     b, h, d = shape["batch"], shape["heads"], shape["head_dim"]
-    fns = candidates(device, h, flash_context() if device == "cuda" else _null_context)
-    refs = references(device, h)
+    rpe = rpe_inputs(device, h)  # one set of coefficients for the kernels and their references
+    fns = candidates(rpe, flash_context() if device == "cuda" else _null_context)
+    refs = references(rpe)
     rows = []
     for length in shape["lengths"]:
         g = torch.Generator().manual_seed(length)
