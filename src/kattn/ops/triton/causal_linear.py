@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...functional.linear import linear_attention
 from ...functional.linear_causal import LinearState, checked_state
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype
 from .common import (
@@ -43,7 +42,7 @@ from .common import (
     triton,
 )
 from .linear_backward import causal_backward
-from .recompute import reference_grads
+from .recompute import linear_reference_grads
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -186,11 +185,8 @@ class _CausalLinear(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         fq, fk, v, s, r, out, den = ctx.saved_tensors
         if torch.is_grad_enabled():  # backward(create_graph=True): the PyTorch path's graph
-            tensors = dict(phi_q=fq, phi_k=fk, v=v, k_log_scale=s)
-            options = dict(causal=True, eps=ctx.eps)
-            grads = reference_grads(
-                linear_attention, tensors, tuple(ctx.needs_input_grad[:4]), grad, options
-            )
+            wanted = tuple(ctx.needs_input_grad[:4])
+            grads = linear_reference_grads((fq, fk, v, s), wanted, grad, causal=True, eps=ctx.eps)
             return (*grads, None, None)
         dq, dk, dv, ds = causal_backward(fq, fk, v, s, r, out, den, grad, ctx.eps, ctx.chunk)
         return dq, dk, dv, ds, None, None

@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...functional.linear import linear_attention
 from ...functional.numerics import DEFAULT_EPS, accumulation_dtype, exp_nonpositive
 from .common import (
     SCAN_STAGES,
@@ -33,7 +32,7 @@ from .common import (
     triton,
 )
 from .linear_backward import output_gradients
-from .recompute import reference_grads
+from .recompute import linear_reference_grads
 
 __all__ = ["linear_attention_triton"]
 
@@ -234,11 +233,8 @@ class _NonCausalLinear(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         fq, fk, v, s, w, sy, sx, out, den = ctx.saved_tensors
         if torch.is_grad_enabled():  # backward(create_graph=True): the PyTorch path's graph
-            tensors = dict(phi_q=fq, phi_k=fk, v=v, k_log_scale=s)
-            options = dict(causal=False, eps=ctx.eps)
-            grads = reference_grads(
-                linear_attention, tensors, tuple(ctx.needs_input_grad[:4]), grad, options
-            )
+            wanted = tuple(ctx.needs_input_grad[:4])
+            grads = linear_reference_grads((fq, fk, v, s), wanted, grad, causal=False, eps=ctx.eps)
             return (*grads, None)
         b, h, lq, m = fq.shape
         lk, dv = v.shape[2:]

@@ -1,5 +1,6 @@
 """A forward by a kernel whose gradients are those of the PyTorch path, recomputed in backward:
-how the relative-position kernels (decay, banded, blocked Toeplitz) are differentiable."""
+how the relative-position kernels (decay, banded, blocked Toeplitz) are differentiable, and how
+the linear kernels take a backward with ``create_graph=True``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["kernel_with_reference_grad", "reference_grads"]
+from ...functional.linear import linear_attention
+
+__all__ = ["kernel_with_reference_grad", "linear_reference_grads", "reference_grads"]
 
 
 def reference_grads(
@@ -36,6 +39,22 @@ def reference_grads(
         next(found) if x is not None and need else None
         for x, need in zip(inputs, wanted, strict=True)
     ]
+
+
+def linear_reference_grads(
+    tensors: tuple[Tensor, Tensor, Tensor, Tensor | None],
+    wanted: tuple[bool, ...],
+    grad: Tensor,
+    *,
+    causal: bool,
+    eps: float,
+) -> list[Tensor | None]:
+    """:func:`reference_grads` of :func:`~kattn.functional.linear_attention` for the saved
+    ``(phi_q, phi_k, v, k_log_scale)`` of a linear kernel: its backward with
+    ``create_graph=True``, differentiable again through the PyTorch path's graph."""
+    names = dict(zip(("phi_q", "phi_k", "v", "k_log_scale"), tensors, strict=True))
+    options = dict(causal=causal, eps=eps)
+    return reference_grads(linear_attention, names, wanted, grad, options)
 
 
 class _KernelForward(torch.autograd.Function):
