@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..checks import positive_int
+from ..functional.numerics import zero_padded
 from ..functional.nystrom import (
     nystromformer_attention,
     nystromformer_attention_reference,
@@ -94,7 +95,7 @@ class NystromformerAttention(Attention):
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
         lq, lk = q.shape[2], k.shape[2]
-        k, v = _zero_padded(k, v, key_padding_mask)
+        k, v = zero_padded(key_padding_mask, k, v)
         if max(lq, lk) <= self.num_landmarks:
             out = softmax_attention(q, k, v, key_padding_mask=key_padding_mask)
         else:
@@ -116,7 +117,7 @@ class NystromformerAttention(Attention):
         self, q: Tensor, k: Tensor, v: Tensor, *, causal: bool, key_padding_mask: Tensor | None
     ) -> Tensor:
         lq, lk = q.shape[2], k.shape[2]
-        k, v = _zero_padded(k, v, key_padding_mask)
+        k, v = zero_padded(key_padding_mask, k, v)
         if self.conv is not None:
             self._check_conv_lengths(lq, lk)
         if max(lq, lk) <= self.num_landmarks:  # every token is its own landmark: exact
@@ -147,15 +148,6 @@ class NystromformerAttention(Attention):
             f"num_landmarks={self.num_landmarks}, pinv_iterations={self.pinv_iterations}, "
             f"pinv_init={self.pinv_init!r}, conv_kernel_size={self.conv_kernel_size}"
         )
-
-
-def _zero_padded(k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """k and v with padded positions zeroed: padded keys count nowhere, not even a NaN or Inf
-    there through a zero weight (the exact path, the convolution skip), and get no gradient."""
-    if key_padding_mask is None:
-        return k, v
-    pad = key_padding_mask[:, None, :, None]
-    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
 
 
 register_mechanism(

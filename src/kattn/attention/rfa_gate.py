@@ -24,6 +24,7 @@ from ..functional.gated_linear import (
     gated_log_weights,
 )
 from ..functional.linear_causal import DEFAULT_BLOCK_SIZE, DEFAULT_CHUNK_SIZE, LinearState
+from ..functional.numerics import zero_padded
 from ..registry import register_mechanism
 from .base import sums_in_float32
 from .feature_attention import FeatureMapAttention
@@ -107,7 +108,7 @@ class GatedRandomFeatureAttention(FeatureMapAttention):
     ) -> Tensor:
         if self.training:
             self.feature_map.training_step()
-        k, v = _clear_padding(k, v, key_padding_mask)
+        k, v = zero_padded(key_padding_mask, k, v)
         fk = self.features(k)
         return gated_linear_attention(
             self.query_features(q),
@@ -130,7 +131,7 @@ class GatedRandomFeatureAttention(FeatureMapAttention):
         when not causal; see :func:`~kattn.functional.gated_linear.gated_log_weights`), φ̃ the
         bounded feature values, s the key log-scales and m_i the row's largest visible
         log-weight (it cancels in the ratio and puts ``eps`` in the units of the fast path)."""
-        k, v = _clear_padding(k, v, key_padding_mask)
+        k, v = zero_padded(key_padding_mask, k, v)
         fq = self.features(q).values
         fk = self.features(k)
         log_w = gated_log_weights(
@@ -182,15 +183,6 @@ class GatedRandomFeatureAttention(FeatureMapAttention):
             f"head_dim={self.head_dim}, num_heads={self.num_heads}, "
             f"feature_map={self.feature_map_name!r}, scale={self.scale:.4g}"
         )
-
-
-def _clear_padding(k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Padded keys and values set to 0 before anything reads them: whatever they hold (NaN
-    included) then reaches neither the outputs nor any gradient (the gate's included)."""
-    if key_padding_mask is None:
-        return k, v
-    pad = key_padding_mask[:, None, :, None]
-    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
 
 
 register_mechanism(

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..checks import positive_int
-from .numerics import accumulation_dtype, autocast_off
+from .numerics import accumulation_dtype, autocast_off, zero_padded
 from .sparse_gather import MASKED, gathered_softmax_attention
 
 __all__ = [
@@ -334,11 +334,8 @@ def _prepared(
     """q, k, v in the accumulation dtype with padded keys and values zeroed (so a NaN stored
     there reaches nothing through 0 × NaN), and the logit scale."""
     acc = accumulation_dtype(q.dtype)
-    q, k, v = q.to(acc), k.to(acc), v.to(acc)
-    if key_padding_mask is not None:
-        pad = key_padding_mask[:, None, :, None]
-        k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
-    return q, k, v, q.shape[-1] ** -0.5 if scale is None else scale
+    k, v = zero_padded(key_padding_mask, k.to(acc), v.to(acc))
+    return q.to(acc), k, v, q.shape[-1] ** -0.5 if scale is None else scale
 
 
 def _centroid_weights(

@@ -15,7 +15,13 @@ import torch
 from torch import Tensor
 
 from .masks import allowed_keys
-from .numerics import accumulation_dtype, autocast_off, exp_nonpositive_, without_autocast
+from .numerics import (
+    accumulation_dtype,
+    autocast_off,
+    exp_nonpositive_,
+    without_autocast,
+    zero_padded,
+)
 
 #: Entries of the kernel weighted at a time in the CPU backward of :func:`gaussian_product`
 #: (1 MiB in fp32), in at most :data:`WEIGHT_MAX_BLOCKS` blocks.
@@ -216,7 +222,7 @@ def gaussian_attention(
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
     """
     out_dtype, acc = v.dtype, accumulation_dtype(v.dtype)
-    k, v = _zero_padded(k.to(acc), v.to(acc), key_padding_mask)
+    k, v = zero_padded(key_padding_mask, k.to(acc), v.to(acc))
     kernel = gaussian_kernel(q.to(acc), k, scale=q.shape[-1] ** -0.25)
     allowed = allowed_keys(
         q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
@@ -228,21 +234,12 @@ def gaussian_attention(
     return (kernel @ v).to(out_dtype)
 
 
-def _zero_padded(k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Padded keys and values zeroed, so that not even a NaN or Inf there reaches an output
-    or a gradient through a zero weight."""
-    if key_padding_mask is None:
-        return k, v
-    pad = key_padding_mask[:, None, :, None]
-    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
-
-
 def gaussian_attention_reference(
     q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None
 ) -> Tensor:
     """The definition, with explicit pairwise distances (slow; for tests)."""
     acc, out_dtype = accumulation_dtype(v.dtype), v.dtype
-    k, v = _zero_padded(k.to(acc), v.to(acc), key_padding_mask)
+    k, v = zero_padded(key_padding_mask, k.to(acc), v.to(acc))
     scale = q.shape[-1] ** -0.25
     dist2 = torch.cdist(q.to(acc) * scale, k * scale).square()
     kernel = torch.exp(-0.5 * dist2)

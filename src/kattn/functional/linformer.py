@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .numerics import zero_padded
 from .softmax import softmax_attention, softmax_attention_reference
 
 __all__ = ["linformer_attention", "linformer_attention_reference"]
@@ -77,7 +78,5 @@ def _projected_inputs(
         raise ValueError(
             f"e and f must project to the same k rows, got {e.shape[1]} and {f.shape[1]}"
         )
-    if key_padding_mask is None:
-        return k, v
-    pad = key_padding_mask[:, None, :, None]
-    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
+    k, v = zero_padded(key_padding_mask, k, v)
+    return k, v

@@ -108,6 +108,16 @@ def scaled_key_features(fk: Tensor, s: Tensor | None) -> Tensor:
     return fk if s is None else fk * key_scales(s)[..., None]
 
 
+def zero_padded(key_padding_mask: Tensor | None, *xs: Tensor) -> tuple[Tensor, ...]:
+    """Each of ``xs`` ``(B, H, Lk, ·)`` with the padded positions of ``key_padding_mask``
+    ``(B, Lk)`` set to 0 (unchanged without a mask): a NaN or Inf stored there then reaches no
+    output or gradient, where masking weights alone would let it through 0 × NaN."""
+    if key_padding_mask is None:
+        return xs
+    pad = key_padding_mask[:, None, :, None]
+    return tuple(x.masked_fill(pad, 0.0) for x in xs)
+
+
 def delayed(x: Tensor, delay: int, value: float = 0.0) -> Tensor:
     """``x`` ``(B, H, T, ·)`` or ``(B, H, T)`` moved ``delay`` positions later along T, the
     first ``delay`` positions ``value``; the same shape (the last ``delay`` positions drop)."""

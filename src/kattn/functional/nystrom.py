@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .gaussian import gaussian_kernel, gaussian_product
-from .numerics import accumulation_dtype, without_autocast
+from .numerics import accumulation_dtype, without_autocast, zero_padded
 from .pinv import PINV_INITS, iterative_pinv, iterative_pinv_solve
 from .softmax import softmax_attention
 
@@ -204,12 +204,10 @@ def _skyformer_inputs(
     self-attention, Lq == Lk, the padded queries): not even a NaN stored there then counts,
     and a padded key's kernel row meets a zero value, so it gets no gradient either."""
     acc = accumulation_dtype(v.dtype)
-    xq, xk, vv = q.to(acc), k.to(acc), v.to(acc)
-    if key_padding_mask is not None:
-        pad = key_padding_mask[:, None, :, None]
-        xk, vv = xk.masked_fill(pad, 0.0), vv.masked_fill(pad, 0.0)
-        if q.shape[2] == k.shape[2]:  # the same positions are padded queries
-            xq = xq.masked_fill(pad, 0.0)
+    xk, vv = zero_padded(key_padding_mask, k.to(acc), v.to(acc))
+    xq = q.to(acc)
+    if q.shape[2] == k.shape[2]:  # the same positions are padded queries
+        (xq,) = zero_padded(key_padding_mask, xq)
     return xq, xk, vv
 
 
@@ -263,11 +261,9 @@ def _landmarks(
     lq, d = q.shape[2:]
     lk = k.shape[2]
     scale = d**-0.25
-    q32, k32, v32 = q.to(acc) * scale, k.to(acc) * scale, v.to(acc)
+    q32 = q.to(acc) * scale
+    k32, v32 = zero_padded(key_padding_mask, k.to(acc) * scale, v.to(acc))
     keys_ok = None if key_padding_mask is None else ~key_padding_mask
-    if key_padding_mask is not None:
-        pad = key_padding_mask[:, None, :, None]
-        k32, v32 = k32.masked_fill(pad, 0.0), v32.masked_fill(pad, 0.0)
     queries_ok = keys_ok if lq == lk else None
     # one count for both sides: the middle kernel softmax(Q̃ K̃ᵀ) is square, and inverted
     count = min(num_landmarks, lq, lk)

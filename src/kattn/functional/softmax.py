@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import allowed_keys
+from .numerics import zero_padded
 
 
 def softmax_attention(
@@ -47,7 +48,7 @@ def softmax_attention(
         q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device
     )
     assert allowed is not None
-    k, v = _zero_padded(k, v, key_padding_mask)
+    k, v = zero_padded(key_padding_mask, k, v)
     # A row with no visible key would be softmax over nothing (NaN): let it see every key and
     # zero its output afterwards, which also keeps its gradient exactly zero.
     seen = allowed.any(dim=-1, keepdim=True)
@@ -74,7 +75,7 @@ def softmax_attention_reference(
     :func:`softmax_attention`).
     """
     if key_padding_mask is not None:
-        k, v = _zero_padded(k, v, key_padding_mask)
+        k, v = zero_padded(key_padding_mask, k, v)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     logits = torch.einsum("bhid,bhjd->bhij", q, k) * scale  # (B, H, Lq, Lk)
     if bias is not None:
@@ -87,14 +88,6 @@ def softmax_attention_reference(
     weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
     weights = torch.where(allowed.any(dim=-1, keepdim=True), weights, 0.0)
     return weights @ v
-
-
-def _zero_padded(k: Tensor, v: Tensor, key_padding_mask: Tensor) -> tuple[Tensor, Tensor]:
-    """k ``(B, H, Lk, D)`` and v ``(B, H, Lk, Dv)`` with the padded positions set to 0: a
-    masked logit becomes −∞ by addition (NaN + −∞ is NaN) and a zero weight times a NaN value
-    is NaN, so masking the weights alone would let such entries through."""
-    pad = key_padding_mask[:, None, :, None]  # (B, 1, Lk, 1)
-    return k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
 
 
 class KVCache(NamedTuple):

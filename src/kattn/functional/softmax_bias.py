@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masks import allowed_keys
-from .softmax import KVCache, _zero_padded, cache_appended, softmax_attention_reference
+from .numerics import zero_padded
+from .softmax import KVCache, cache_appended, softmax_attention_reference
 
 
 def biased_softmax_attention(
@@ -54,7 +55,7 @@ def biased_softmax_attention(
     )
     seen = None
     if key_padding_mask is not None:
-        k, v = _zero_padded(k, v, key_padding_mask)
+        k, v = zero_padded(key_padding_mask, k, v)
     if allowed is not None:
         # a row with no visible key would be softmax over nothing (NaN): let it see every key
         # and zero its output afterwards, which also keeps its gradients exactly zero

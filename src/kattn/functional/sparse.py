@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..checks import positive_int
-from .numerics import accumulation_dtype, autocast_off
+from .numerics import accumulation_dtype, autocast_off, zero_padded
 from .sparse_gather import gathered_softmax_attention
 from .sparse_pattern import (
     TokenMaskFn,
@@ -220,11 +220,8 @@ def _accumulated(
     """q, k, v in the accumulation dtype (fp32 for half inputs), with the padded keys and
     values zeroed, so that not even a NaN stored there gets through 0 × NaN."""
     acc = accumulation_dtype(q.dtype)
-    q, k, v = q.to(acc), k.to(acc), v.to(acc)
-    if key_padding_mask is not None:
-        pad = key_padding_mask[:, None, :, None]
-        k, v = k.masked_fill(pad, 0.0), v.masked_fill(pad, 0.0)
-    return q, k, v
+    k, v = zero_padded(key_padding_mask, k.to(acc), v.to(acc))
+    return q.to(acc), k, v
 
 
 def _masked_softmax(logits: Tensor, allowed: Tensor) -> Tensor:

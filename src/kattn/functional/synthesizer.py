@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .numerics import accumulation_dtype
+from .numerics import accumulation_dtype, zero_padded
 
 
 class DenseWeights(NamedTuple):
@@ -92,12 +92,6 @@ def _visible(
     return allowed
 
 
-def _zero_padded(x: Tensor | None, key_padding_mask: Tensor | None) -> Tensor | None:
-    if x is None or key_padding_mask is None:
-        return x
-    return x.masked_fill(key_padding_mask[:, None, :, None], 0.0)
-
-
 def _check_mix(q: Tensor | None, k: Tensor | None, alpha: Tensor | None) -> None:
     if (q is None) != (k is None) or (q is None) != (alpha is None):
         raise ValueError("the dot-product mixture needs q, k and alpha together (or none)")
@@ -141,13 +135,13 @@ def synthesizer_attention(
     b, h, lk, _ = v.shape
     lq = synthetic.shape[2]
     logits = synthetic.to(acc)
-    vz = _zero_padded(v, key_padding_mask).to(acc)  # type: ignore[union-attr]
+    (vz,) = zero_padded(key_padding_mask, v.to(acc))
     if q is not None and k is not None and alpha is not None:
         alpha = alpha.to(acc)[:, None, None]  # (H, 1, 1)
         logits = alpha * logits
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         qs = q.to(acc) * (1 - alpha)
-        kz = _zero_padded(k, key_padding_mask).to(acc)  # type: ignore[union-attr]
+        (kz,) = zero_padded(key_padding_mask, k.to(acc))
     else:  # a zero query makes the dot-product part vanish
         qs = torch.zeros(b, h, lq, 1, dtype=acc, device=v.device)
         kz, scale = torch.zeros(b, h, lk, 1, dtype=acc, device=v.device), 1.0
@@ -180,10 +174,10 @@ def synthesizer_attention_reference(
     _check_mix(q, k, alpha)
     acc = accumulation_dtype(v.dtype)
     lq, lk = synthetic.shape[2], v.shape[2]
-    vz = _zero_padded(v, key_padding_mask).to(acc)  # type: ignore[union-attr]
+    (vz,) = zero_padded(key_padding_mask, v.to(acc))
     logits = synthetic.to(acc)
     if q is not None and k is not None and alpha is not None:
-        kz = _zero_padded(k, key_padding_mask).to(acc)  # type: ignore[union-attr]
+        (kz,) = zero_padded(key_padding_mask, k.to(acc))
         scale = q.shape[-1] ** -0.5 if scale is None else scale
         dots = torch.einsum("bhid,bhjd->bhij", q.to(acc), kz) * scale
         a = alpha.to(acc)[None, :, None, None]
