@@ -205,10 +205,11 @@ def test_the_module_path_equals_its_reference_and_its_rotations():
     out = attn(q, k, v, causal=True, key_padding_mask=pad)
     ref = attn.reference(q, k, v, causal=True, key_padding_mask=pad)
     assert_close(out, ref)
-    rot = attn.rotations(70)
-    assert rot.shape == (H, 16, 3, reformer_num_buckets(70, 8) // 2)
+    rot, factors = attn.rotations(70), attn.bucket_factors(70)
+    assert factors == (4, 6)  # 2·⌈70/8⌉ = 18 buckets > 2·max(3, 8): two hashes, 24 buckets
+    assert rot.shape == (H, 16, 3, 5)
     by_hand = reformer_attention_reference(
-        q, k, v, rot, bucket_size=8, causal=True, key_padding_mask=pad
+        q, k, v, rot, bucket_size=8, causal=True, key_padding_mask=pad, bucket_factors=factors
     )
     assert_close(ref, by_hand)
     for g, g_ref in zip(grads(out, q, k, v), grads(ref, q, k, v), strict=True):

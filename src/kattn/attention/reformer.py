@@ -15,21 +15,26 @@ How it differs from the released implementations (read, not copied):
   ``2·bucket_size``; HF rounds ``2L/chunk`` down to a power of two. Here, as in the paper and
   trax, the number of buckets is fixed per module (``num_buckets``, or ``2·⌈max_len/m⌉``, the
   paper's ``m = 2l/n_buckets`` at the longest length), so that a token's bucket depends on
-  that token alone; any L works (the last chunk may be partial).
+  that token alone; any L works (the last chunk may be partial). Beyond HF's limit
+  ``2·max(⌊√(max_len/m)⌋, m)`` the default count is hashed as two factors, as HF does (trax's
+  hierarchical hashing, a list ``n_buckets``); HF's factors of a power of two are kept.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..checks import boolean, is_positive_int, positive_float_or_none, positive_int
+from ..functional.lsh import bucket_factors
 from ..functional.reformer import (
     reformer_attention,
     reformer_attention_reference,
-    reformer_num_buckets,
+    reformer_bucket_factors,
 )
 from ..registry import register_mechanism
 from .base import Attention
@@ -44,14 +49,21 @@ class ReformerAttention(SeededDraws, Attention):
     key held by several rounds counted once (App. A). A token never reads itself unless no
     round gives it any other key (then its output is its own value). Positions marked as
     padding are sorted after the real ones and count nowhere. See
-    :mod:`kattn.functional.reformer` for the exact pattern. O(R·(L·log L + L·nb·D +
-    L·m·(D + Dv))) time and O(R·L·(m + D + Dv)) memory, nb buckets.
+    :mod:`kattn.functional.reformer` for the exact pattern. O(R·(L·log L + L·n·D +
+    L·m·(D + Dv))) time and O(R·L·(m + D + Dv)) memory, n = Σ f_i/2 rotation columns for
+    nb = f_1·f_2⋯ buckets (nb/2 for one hash).
 
     Number of buckets (the paper's and trax's ``n_buckets``, a hyperparameter of the model):
     ``num_buckets`` if given, else ``nb = 2·⌈max_len/m⌉`` when the module has ``max_len``
-    (``kattn.build(..., max_len=...)``, as the models pass it). The rotations, hence every
-    token's bucket, then depend only on that token and the seed, so neither the padding a
-    batch adds nor later tokens change the pattern of the real (or earlier) ones: an example
+    (``kattn.build(..., max_len=...)``, as the models pass it). A list of factors
+    ``[f_1, f_2, …]`` gives ``f_1·f_2⋯`` buckets from one hash per factor (trax's
+    hierarchical hashing, HF's factorized ``num_buckets``), with ``Σ f_i/2`` rotation columns
+    per round instead of ``nb/2``; the default count is so factorized in two beyond HF's
+    limit ``2·max(⌊√(max_len/m)⌋, m)`` (:func:`kattn.functional.reformer_bucket_factors`: at
+    max_len 16,384 and m = 64, 16·32 buckets from 24 columns instead of 256). The rotations,
+    hence every token's bucket, then depend only on that token and the seed, so neither the
+    padding a batch adds nor later tokens change the pattern of the real (or earlier) ones: an
+    example
     alone equals the same example right-padded in a longer batch, and a causal prefix run
     equals the full run on the prefix. Only with neither given is nb taken from the length
     of each call, ``2·⌈L/m⌉`` (L the padded length): then, and only then, an output depends
@@ -84,8 +96,10 @@ class ReformerAttention(SeededDraws, Attention):
     Args:
         bucket_size: m, positions per chunk of the sorted order (the paper's chunk length).
         num_hashes: R, rounds of hashing.
-        num_buckets: nb, buckets per round, an even int >= 2; None: ``2·⌈max_len/m⌉``, or
-            ``2·⌈L/m⌉`` per call when the module has no ``max_len``.
+        num_buckets: nb, buckets per round, an even int >= 2 (one hash), or its factors, a
+            list of even ints >= 2 or a comma-separated string of them (one hash each); None:
+            ``2·⌈max_len/m⌉``, or ``2·⌈L/m⌉`` per call when the module has no ``max_len``,
+            factorized in two beyond HF's limit.
         shared_qk: keys are the unit-normalised queries (k not read) when True.
         attend_across_buckets: whether keys of another bucket in the chunks count.
         seed: the seed of the rotations, an int >= 0.
@@ -106,7 +120,7 @@ class ReformerAttention(SeededDraws, Attention):
         max_len: int | None = None,
         bucket_size: int = 64,
         num_hashes: int = 2,
-        num_buckets: int | None = None,
+        num_buckets: int | Sequence[int] | str | None = None,
         shared_qk: bool = True,
         attend_across_buckets: bool = True,
         seed: int = 0,
@@ -124,9 +138,7 @@ class ReformerAttention(SeededDraws, Attention):
         )
         self.bucket_size = positive_int("bucket_size", bucket_size)
         self.num_hashes = positive_int("num_hashes", num_hashes)
-        if num_buckets is not None and not (is_positive_int(num_buckets) and num_buckets % 2 == 0):
-            raise ValueError(f"num_buckets must be an even int >= 2 or None, got {num_buckets!r}")
-        self.num_buckets = num_buckets
+        self.num_buckets = _num_buckets(num_buckets)
         self.shared_qk = boolean("shared_qk", shared_qk)
         self.attend_across_buckets = boolean("attend_across_buckets", attend_across_buckets)
         self.scale = positive_float_or_none("scale", scale)
@@ -143,26 +155,33 @@ class ReformerAttention(SeededDraws, Attention):
         return flags
 
     # ---------------------------------------------------------------------------- rotations
-    def buckets(self, length: int) -> int:
-        """The number of buckets for a call on ``length`` (padded) tokens: ``num_buckets``,
-        else ``2·⌈max_len/m⌉``, else ``2·⌈length/m⌉`` (the only case that depends on it)."""
+    def bucket_factors(self, length: int) -> tuple[int, ...]:
+        """The factors of the number of buckets for a call on ``length`` (padded) tokens, one
+        hash each: ``num_buckets``, else those of ``2·⌈max_len/m⌉``, else of ``2·⌈length/m⌉``
+        (the only case that depends on it), by
+        :func:`kattn.functional.reformer_bucket_factors`."""
         if self.num_buckets is not None:
-            return self.num_buckets
-        return reformer_num_buckets(
+            return bucket_factors(self.num_buckets)
+        return reformer_bucket_factors(
             length if self.max_len is None else self.max_len, self.bucket_size
         )
 
+    def buckets(self, length: int) -> int:
+        """The number of buckets for a call on ``length`` (padded) tokens, the product of
+        :meth:`bucket_factors`."""
+        return math.prod(self.bucket_factors(length))
+
     def rotations(self, length: int, *, device: torch.device | str | None = None) -> Tensor:
-        """The evaluation-mode rotations for ``length`` tokens, ``(H, D, R, nb/2)`` fp64,
-        nb = :meth:`buckets` of ``length`` (cached)."""
+        """The evaluation-mode rotations for ``length`` tokens, ``(H, D, R, Σ f_i/2)`` fp64,
+        f the :meth:`bucket_factors` of ``length`` (cached)."""
         return self._rotations(length, 0, device)
 
     def _rotations(self, length: int, draw: int, device: Any) -> Tensor:
         """Draw ``draw`` (0 for eval, 1, 2, … in training) of i.i.d. N(0, 1) rotations for
-        the number of buckets of a call on ``length`` tokens."""
-        nb = self.buckets(length)
-        shape = (self.num_heads, self.head_dim, self.num_hashes, nb // 2)
-        return self._drawn_normal(shape, (nb,), draw, device)
+        the bucket factors of a call on ``length`` tokens."""
+        factors = self.bucket_factors(length)
+        shape = (self.num_heads, self.head_dim, self.num_hashes, sum(factors) // 2)
+        return self._drawn_normal(shape, factors, draw, device)
 
     # ------------------------------------------------------------------------------ forward
     def _why_not(self, capability: str) -> str:
@@ -192,6 +211,7 @@ class ReformerAttention(SeededDraws, Attention):
             rotations,
             causal=causal,
             key_padding_mask=key_padding_mask,
+            bucket_factors=self.bucket_factors(q.shape[2]),
             **self._options(),
         )
         return _zero_gradient_to(k, out) if self.shared_qk else out
@@ -206,6 +226,7 @@ class ReformerAttention(SeededDraws, Attention):
             self.rotations(q.shape[2], device=q.device),
             causal=causal,
             key_padding_mask=key_padding_mask,
+            bucket_factors=self.bucket_factors(q.shape[2]),
             **self._options(),
         )
         return _zero_gradient_to(k, out) if self.shared_qk else out
@@ -235,6 +256,30 @@ class _ZeroGradientTo(torch.autograd.Function):
         return torch.zeros(shape, dtype=dtype, device=device), grad
 
 
+def _num_buckets(value: object) -> int | tuple[int, ...] | None:
+    """``num_buckets`` checked: None, an even int >= 2, or factors (a list or comma-separated
+    string of even ints >= 2) as a tuple; ValueError otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, int) and is_positive_int(value) and value % 2 == 0:
+        return value
+    items: object = value
+    if isinstance(value, str):
+        try:
+            items = [int(x) for x in value.split(",")]
+        except ValueError:
+            items = None
+    if isinstance(items, Sequence) and not isinstance(items, str):
+        try:
+            return bucket_factors(list(items))
+        except ValueError:
+            pass
+    raise ValueError(
+        "num_buckets must be an even int >= 2, a list of them (the factors of the number of "
+        f"buckets, one hash each) or a comma-separated string of them, or None; got {value!r}"
+    )
+
+
 def _zero_gradient_to(unused: Tensor, out: Tensor) -> Tensor:
     if not (unused.requires_grad and torch.is_grad_enabled()):
         return out
@@ -248,8 +293,9 @@ register_mechanism(
     summary="LSH attention: softmax within chunks of a hash-sorted order (shared QK, angular "
     "LSH, several rounds, keys held by two rounds counted once).",
     reference="Kitaev, Kaiser and Levskaya, Reformer: The Efficient Transformer, ICLR 2020",
-    complexity="O(R·(L·log L + L·nb·D + L·m·(D + Dv))) time, O(R·L·(m + D + Dv)) memory "
-    "(R = num_hashes rounds, m = bucket_size, nb = num_buckets, default 2·⌈max_len/m⌉)",
+    complexity="O(R·(L·log L + L·n·D + L·m·(D + Dv))) time, O(R·L·(m + D + Dv)) memory "
+    "(R = num_hashes rounds, m = bucket_size, n = Σ f/2 rotation columns for num_buckets = "
+    "f_1·f_2⋯, default 2·⌈max_len/m⌉ factorized in two beyond 2·max(√(max_len/m), m))",
     colour="#b15928",
     approximates="softmax",
     size_option=None,

@@ -97,6 +97,7 @@ from .reformer import (
     lsh_buckets,
     reformer_attention,
     reformer_attention_reference,
+    reformer_bucket_factors,
     reformer_num_buckets,
 )
 from .rpe_blocked import (
@@ -272,6 +273,7 @@ __all__ = [
     "random_synthesizer_logits",
     "reformer_attention",
     "reformer_attention_reference",
+    "reformer_bucket_factors",
     "reformer_num_buckets",
     "rpe2d_linear_attention_fft",
     "rpe_linear_attention_blocked",

@@ -5,11 +5,23 @@ The Efficient Transformer", ICLR 2020, §2, after Andoni et al. 2015): ``h(x) = 
 with padded positions last, both as a sort (the fast path) and as ranks counted pair by pair
 (the dense reference). Used by :mod:`kattn.functional.reformer`.
 
+Factorized buckets (the authors' trax ``LSHSelfAttention``, whose ``n_buckets`` may be a list,
+and Hugging Face ``transformers``' ``ReformerConfig.num_buckets``): ``nb = f_1·f_2·…``
+buckets from one angular hash per factor, ``h(x) = Σ_i h_i(x)·f_1⋯f_{i−1}`` with ``h_i`` the
+argmax over factor i's own ``f_i/2`` columns of R, so R has ``Σ f_i/2`` columns instead of
+``nb/2``: two tokens share a bucket when they share every factor's bucket. Hugging Face
+factorizes the automatic count into two when it exceeds ``2·max(⌊√(l/m)⌋, m)``
+(:func:`reformer_bucket_factors`); at 16K tokens and m = 64 that is 16·32 buckets from 24
+columns per round instead of 256.
+
 Shapes: B batch, H heads, L length, D head dim, R rounds, nb buckets, Lp the length rounded up
 to whole chunks.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -21,7 +33,15 @@ from .numerics import accumulation_dtype, autocast_off
 #: enough that a slice's passes stay in the cache).
 _HASH_ELEMENTS = 1 << 18
 
-__all__ = ["dense_rank", "lsh_buckets", "reformer_num_buckets", "slots", "sorted_order"]
+__all__ = [
+    "bucket_factors",
+    "dense_rank",
+    "lsh_buckets",
+    "reformer_bucket_factors",
+    "reformer_num_buckets",
+    "slots",
+    "sorted_order",
+]
 
 
 def reformer_num_buckets(length: int, bucket_size: int) -> int:
@@ -32,16 +52,59 @@ def reformer_num_buckets(length: int, bucket_size: int) -> int:
     return 2 * -(-positive_int("length", length) // positive_int("bucket_size", bucket_size))
 
 
-def lsh_buckets(x: Tensor, rotations: Tensor) -> Tensor:
-    """Angular LSH, ``h(x) = argmax([xR; −xR])`` (Kitaev et al. 2020, §2), for every round.
+def reformer_bucket_factors(length: int, bucket_size: int) -> tuple[int, ...]:
+    """The default buckets per round for L tokens and chunks of m: ``nb =``
+    :func:`reformer_num_buckets`, hashed as one factor ``(nb,)`` up to Hugging Face's limit
+    ``2·max(⌊√⌈L/m⌉⌋, m)`` and as two factors beyond it (module docstring): the most balanced
+    ``(f_1, f_2)``, both even, ``f_1·f_2 = nb`` and ``f_1 ≤ f_2 ≤ 4·f_1``; where no such pair
+    exists, ``f = 2·⌈⌈√nb⌉/2⌉`` and ``2·⌈nb/(2f)⌉`` in ascending order (at least nb
+    buckets). Powers of two split as Hugging Face splits them: 512 → (16, 32)."""
+    nb = reformer_num_buckets(length, bucket_size)
+    if nb <= 2 * max(math.isqrt(nb // 2), bucket_size):  # nb // 2 = ⌈L/m⌉
+        return (nb,)
+    for f1 in range(2 * math.isqrt(nb // 4), 1, -2):  # the largest even f1 ≤ √nb first
+        f2, rest = divmod(nb, f1)
+        if rest == 0 and f2 % 2 == 0 and f2 <= 4 * f1:
+            return (f1, f2)
+    root = math.isqrt(nb - 1) + 1  # ⌈√nb⌉
+    f1 = root + root % 2
+    f2 = 2 * -(-nb // (2 * f1))
+    return (min(f1, f2), max(f1, f2))
+
+
+def bucket_factors(
+    value: int | Sequence[int], rotation_columns: int | None = None
+) -> tuple[int, ...]:
+    """``value`` (nb, or the factors of nb) as a tuple of even ints >= 2, checked against the
+    ``rotation_columns`` of R when given (``Σ f_i/2`` must equal it); ValueError otherwise."""
+    items = (value,) if isinstance(value, int) else tuple(value)
+    if not items or not all(
+        isinstance(f, int) and not isinstance(f, bool) and f >= 2 and f % 2 == 0 for f in items
+    ):
+        raise ValueError(
+            f"buckets must be an even int >= 2 or a non-empty list of them, got {value!r}"
+        )
+    if rotation_columns is not None and sum(items) // 2 != rotation_columns:
+        raise ValueError(
+            f"buckets {items} need rotations with {sum(items) // 2} columns per round "
+            f"(Σ f/2), got {rotation_columns}"
+        )
+    return items
+
+
+def lsh_buckets(x: Tensor, rotations: Tensor, factors: int | Sequence[int] | None = None) -> Tensor:
+    """Angular LSH, ``h(x) = argmax([xR; −xR])`` (Kitaev et al. 2020, §2), for every round,
+    one hash per factor of the number of buckets (module docstring).
 
     Args:
         x: ``(B, H, L, D)``.
-        rotations: ``(H or 1, D, R, nb/2)`` random projections, one set per head and round.
+        rotations: ``(H or 1, D, R, Σ f_i/2)`` random projections, one set per head and round:
+            factor i's columns follow factor i − 1's.
+        factors: the factors ``f_i`` of nb, each even; None: one, ``nb = 2·R.shape[-1]``.
 
     Returns:
-        ``(B, H, R, L)`` int64 buckets in ``[0, nb)``, computed in fp32 (fp64 for fp64 x);
-        of tied maxima, the lowest rotation n wins, then xR before −xR.
+        ``(B, H, R, L)`` int64 buckets in ``[0, nb)``, ``Σ h_i·f_1⋯f_{i−1}``, computed in fp32
+        (fp64 for fp64 x); of tied maxima, the lowest rotation n wins, then xR before −xR.
     """
     if (
         rotations.ndim != 4
@@ -55,27 +118,42 @@ def lsh_buckets(x: Tensor, rotations: Tensor) -> Tensor:
         )
     acc = accumulation_dtype(x.dtype)
     b, h, length, d = x.shape
-    rounds, half = rotations.shape[2], rotations.shape[-1]
+    rounds, columns = rotations.shape[2], rotations.shape[-1]
+    sizes = bucket_factors(2 * columns if factors is None else factors, columns)
     buckets = torch.empty(b, h, length, rounds, dtype=torch.long, device=x.device)
-    step = max(1, _HASH_ELEMENTS // max(1, b * h * rounds * half))
+    step = max(1, _HASH_ELEMENTS // max(1, b * h * rounds * columns))
     with autocast_off(x), torch.no_grad():
-        # (H or 1, D, R·nb/2): one product gives every round's projections in the layout
-        # (B, H, L, R·nb/2), so no permuted copy of the projections is made
-        rot = rotations.to(device=x.device, dtype=acc).reshape(-1, d, rounds * half)
-        # the first n of the largest |xR_n| is the largest of (|xR_n| = max)·(nb/2 − n):
-        # value reductions vectorise where index reductions (argmax) do not
-        weight = torch.arange(half, 0, -1, device=x.device, dtype=acc)
+        # (H or 1, D, R·Σf/2): one product gives every round's projections in the layout
+        # (B, H, L, R·Σf/2), so no permuted copy of the projections is made
+        rot = rotations.to(device=x.device, dtype=acc).reshape(-1, d, rounds * columns)
         for start in range(0, length, step):  # xR a slice of positions at a time
             proj = torch.matmul(x[:, :, start : start + step].to(acc), rot)
-            proj = proj.view(*proj.shape[:-1], rounds, half)
-            top = proj.abs()
-            top.eq_(top.amax(dim=-1, keepdim=True)).mul_(weight)
-            arg = (half - top.amax(dim=-1).long()).clamp_(0, half - 1)  # NaN rows: n = nb/2 − 1
-            # the bucket of the largest |xR_n|: n, or n + nb/2 when xR_n < 0 (argmax([xR; −xR])
-            # but for ties, which go to the lowest n, then xR before −xR)
-            negative = proj.gather(-1, arg[..., None]).squeeze(-1) < 0
-            buckets[:, :, start : start + step] = torch.where(negative, arg + half, arg)
+            proj = proj.view(*proj.shape[:-1], rounds, columns)
+            out = buckets[:, :, start : start + step]
+            first, stride = 0, 1
+            for f in sizes:  # factor i's bucket, weighted by the factors before it
+                part = _signed_argmax(proj[..., first : first + f // 2])
+                if stride == 1:
+                    out.copy_(part)
+                else:
+                    out.add_(part, alpha=stride)
+                first, stride = first + f // 2, stride * f
     return buckets.transpose(-1, -2)
+
+
+def _signed_argmax(proj: Tensor) -> Tensor:
+    """``argmax([xR; −xR])`` over the last dim of ``proj = xR`` (n columns), in ``[0, 2n)``:
+    of tied maxima, the lowest column wins, then xR before −xR; a NaN row gives n − 1."""
+    half = proj.shape[-1]
+    # the first n of the largest |xR_n| is the largest of (|xR_n| = max)·(n_cols − n): value
+    # reductions vectorise where index reductions (argmax) do not
+    weight = torch.arange(half, 0, -1, device=proj.device, dtype=proj.dtype)
+    top = proj.abs()
+    top.eq_(top.amax(dim=-1, keepdim=True)).mul_(weight)
+    arg = (half - top.amax(dim=-1).long()).clamp_(0, half - 1)
+    # the bucket of the largest |xR_n|: n, or n + half when xR_n < 0
+    negative = proj.gather(-1, arg[..., None]).squeeze(-1) < 0
+    return torch.where(negative, arg + half, arg)
 
 
 def sorted_order(hashes: Tensor, pad: Tensor, lp: int) -> Tensor:

@@ -29,12 +29,15 @@ and it and trax let the first chunk of a round look back into the last chunk of 
 round (their chunks roll over the concatenated rounds); here the first chunk of each round
 reads only itself, as the definition above says.
 
-The number of buckets is that of the rotations (``nb = 2·R.shape[-1]``). As in the paper and
-trax it is fixed per model, so that a token's bucket depends only on that token: the module
-(:class:`kattn.attention.reformer.ReformerAttention`) takes ``num_buckets``, by default
-``2·⌈max_len/m⌉`` (:func:`reformer_num_buckets`, from the paper's ``m = 2l/n_buckets``:
-average bucket ``m/2``, so that a bucket rarely outgrows two chunks); HF rounds the same ratio
-down to a power of two, reformer-pytorch uses ``L/bucket_size`` buckets. With nb fixed, the
+The number of buckets is that of the rotations (``nb = 2·R.shape[-1]``), or the product of
+``bucket_factors`` (one hash per factor, as trax's and HF's factorized ``n_buckets``). As in
+the paper and trax it is fixed per model, so that a token's bucket depends only on that
+token: the module (:class:`kattn.attention.reformer.ReformerAttention`) takes
+``num_buckets``, by default ``2·⌈max_len/m⌉`` (:func:`reformer_num_buckets`, from the paper's
+``m = 2l/n_buckets``: average bucket ``m/2``, so that a bucket rarely outgrows two chunks),
+factorized in two beyond HF's limit (:func:`kattn.functional.lsh.reformer_bucket_factors`);
+HF rounds the same ratio down to a power of two, reformer-pytorch uses ``L/bucket_size``
+buckets. With nb fixed, the
 real tokens' (bucket, position) order, hence their chunks, does not depend on padding (sorted
 after them) nor, in the causal form, on later tokens.
 
@@ -63,12 +66,19 @@ chunk length, nc = ⌈L/m⌉ chunks per round.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from ..checks import positive_int
-from .lsh import dense_rank, lsh_buckets, reformer_num_buckets, sorted_order
+from .lsh import (
+    dense_rank,
+    lsh_buckets,
+    reformer_bucket_factors,
+    reformer_num_buckets,
+    sorted_order,
+)
 from .numerics import accumulation_dtype, autocast_off
 from .reformer_chunks import ChunkAttention, ChunkPlan, row_norms
 from .reformer_patterns import causal_layout, chunk_mask
@@ -77,6 +87,7 @@ __all__ = [
     "lsh_buckets",
     "reformer_attention",
     "reformer_attention_reference",
+    "reformer_bucket_factors",
     "reformer_num_buckets",
 ]
 
@@ -93,8 +104,9 @@ def reformer_attention(
     shared_qk: bool = True,
     attend_across_buckets: bool = True,
     scale: float | None = None,
+    bucket_factors: Sequence[int] | None = None,
 ) -> Tensor:
-    """Multi-round LSH attention (module docstring), in O(R·(L·log L + L·nb·D +
+    """Multi-round LSH attention (module docstring), in O(R·(L·log L + L·n·D +
     L·m·(D + Dv))) time and O(R·L·m + L·(D + Dv)) memory (a bool per score, and when a
     gradient is wanted a float per score, kept for the backward; one round's sorted rows).
 
@@ -109,7 +121,7 @@ def reformer_attention(
     Args:
         q: ``(B, H, L, D)``; k: ``(B, H, L, D)`` (not read when ``shared_qk``);
             v: ``(B, H, L, Dv)``.
-        rotations: ``(H or 1, D, R, nb/2)``, the random projections of the R rounds.
+        rotations: ``(H or 1, D, R, Σ f_i/2)``, the random projections of the R rounds.
         bucket_size: m, positions per chunk of the sorted order.
         causal: the causal form (module docstring): the ``2m − 1`` most recent earlier keys
             of the query's bucket, each round.
@@ -118,6 +130,9 @@ def reformer_attention(
         attend_across_buckets: whether keys of another bucket in the two chunks count (the
             non-causal form only).
         scale: logit scale, default ``1/√D``.
+        bucket_factors: the factors ``f_i`` of nb, one hash each (trax's hierarchical
+            hashing, :func:`kattn.functional.lsh.lsh_buckets`); None: one hash of
+            ``nb = 2·R.shape[-1]`` buckets.
 
     Returns:
         ``(B, H, L, Dv)`` in the dtype of q.
@@ -135,8 +150,8 @@ def reformer_attention(
     acc = accumulation_dtype(q.dtype)
     scale = d**-0.5 if scale is None else scale
     with autocast_off(q):
-        hashes_q = lsh_buckets(q, rotations)  # (B, H, R, L)
-        hashes_k = hashes_q if shared_qk else lsh_buckets(k, rotations)
+        hashes_q = lsh_buckets(q, rotations, bucket_factors)  # (B, H, R, L)
+        hashes_k = hashes_q if shared_qk else lsh_buckets(k, rotations, bucket_factors)
         lp = -(-length // m) * m  # whole chunks
         order_q = sorted_order(hashes_q, pad, lp)  # (B, H, R, Lp), filler slots: 0
         order_k = order_q if shared_qk else sorted_order(hashes_k, pad, lp)
@@ -181,6 +196,7 @@ def reformer_attention_reference(
     shared_qk: bool = True,
     attend_across_buckets: bool = True,
     scale: float | None = None,
+    bucket_factors: Sequence[int] | None = None,
 ) -> Tensor:
     """The same attention (same arguments, same hashes) from the definition, in O(R·L²)
     time and memory: each round's sorted slot of position i counted as the number of tokens
@@ -199,8 +215,8 @@ def reformer_attention_reference(
     if shared_qk:
         k_ = _unit(q_)
     k_ = k_.masked_fill(pad[:, None, :, None], 0.0)
-    hq = lsh_buckets(q, rotations)
-    hk = hq if shared_qk else lsh_buckets(k, rotations)
+    hq = lsh_buckets(q, rotations, bucket_factors)
+    hk = hq if shared_qk else lsh_buckets(k, rotations, bucket_factors)
     if causal:
         held = _causal_pattern(hq, hk, pad, 2 * m - 1)
     else:
