@@ -152,20 +152,39 @@ class _Slice:
         self.chunks = None if plan.chunks is None else plan.chunks[r, b0:b1] - s0 * (lk // m)
         self.groups = [(c0, min(b1 - b0, c0 + plan.step)) for c0 in range(0, b1 - b0, plan.step)]
 
-    def keys(self, x: Tensor, gathered: Tensor | None = None) -> Tensor:
+    def keys(self, x: Tensor) -> Tensor:
         """The slice's sorted rows of x, ``(rows, ·)``: after one zero front chunk
-        (consecutive windows), or with each sequence's filler chunks. ``gathered``: the same
-        rows already gathered (keys sorted as the queries, :attr:`ChunkPlan.same_order`), copied
-        instead of gathered again."""
+        (consecutive windows), or with each sequence's filler chunks."""
         if not self.consecutive:
             return x.index_select(0, self.rows_k)
         out = x.new_empty(self.m + self.rows_k.numel(), x.shape[-1])
         out[: self.m].zero_()
-        if gathered is None:
-            torch.index_select(x, 0, self.rows_k, out=out[self.m :])
-        else:
-            out[self.m :] = gathered
+        torch.index_select(x, 0, self.rows_k, out=out[self.m :])
         return out
+
+    def scaled_keys(
+        self, x: Tensor, scale: float, unit: bool, gathered: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """:meth:`keys` times the logit scale, each row made a unit row first when ``unit``:
+        ``(keys, factor)``, factor ``scale/‖row‖`` per row (None when not ``unit``), the
+        multiplier the backward applies again. ``gathered``: the same rows already gathered
+        (keys sorted as the queries, :attr:`ChunkPlan.same_order`), read instead of gathered
+        again, the keys made from them in one pass."""
+        if gathered is None:
+            keys = self.keys(x)
+            rows = keys[self.m :] if self.consecutive else keys
+        else:  # consecutive windows: one zero front chunk, then the scaled rows
+            keys = x.new_empty(self.m + gathered.shape[0], x.shape[-1])
+            keys[: self.m].zero_()
+            rows = keys[self.m :]
+        source = rows if gathered is None else gathered
+        if not unit:
+            torch.mul(source, scale, out=rows)
+            return keys, None
+        # a zero row (1/‖·‖ at the dtype's tiny) keeps a finite factor, hence stays zero
+        factor = row_norms(source).reciprocal_().mul_(scale).clamp_max_(torch.finfo(x.dtype).max)
+        torch.mul(source, factor, out=rows)
+        return keys, factor
 
     def key_grad_buffer(self, sorted_keys: Tensor) -> Tensor:
         """The buffer :meth:`add_window` fills, shaped as :meth:`keys`' rows: zeros, or with
@@ -230,12 +249,9 @@ class ChunkAttention(torch.autograd.Function):
             for r in range(rounds):
                 sl = plan.slice(r, s0, s1)
                 assert sl.blocked is not None
-                qs = qf.index_select(0, sl.rows_q)
-                ks = sl.keys(kf, qs if shared_rows else None)
-                qs.mul_(plan.scale)
+                qs = qf.index_select(0, sl.rows_q)  # the logit scale goes on the keys
+                ks, _ = sl.scaled_keys(kf, plan.scale, unit_keys, qs if shared_rows else None)
                 vs = sl.keys(vf)
-                if unit_keys:
-                    ks.div_(row_norms(ks))
                 os_ = q.new_empty(qs.shape[0] + 1, dv)  # the last row: positions read nothing
                 lse_s = q.new_empty(qs.shape[0] + 1)
                 os_[-1], lse_s[-1] = 0.0, -math.inf
@@ -283,8 +299,9 @@ class ChunkAttention(torch.autograd.Function):
                 sl = plan.slice(r, s0, s1)
                 rows, b0 = sl.rows_q, sl.blocks.start
                 qs = qf.index_select(0, rows)
-                ks = sl.keys(kf, qs if ctx.shared_rows else None)
-                qs.mul_(plan.scale)
+                ks, factor = sl.scaled_keys(
+                    kf, plan.scale, ctx.unit_keys, qs if ctx.shared_rows else None
+                )
                 # the probabilities of the merged softmax are P·c per query slot, P the round's
                 # as kept and c = exp(lse_r − lse) (0 for a slot that read nothing: its lse_r is
                 # about the mask's −1e30); c goes on dO and δ, the smaller side of each
@@ -293,9 +310,6 @@ class ChunkAttention(torch.autograd.Function):
                 dos = dof.index_select(0, rows).mul_(c[:, None])
                 delta_q = delta[rows].mul_(c)
                 vs = sl.keys(vf)
-                if ctx.unit_keys:
-                    norms = row_norms(ks)
-                    ks.div_(norms)
                 dqs = qs.new_empty(qs.shape[0] + 1, d)  # the last row: positions read nothing
                 dqs[-1] = 0.0
                 dks, dvs = sl.key_grad_buffer(ks), sl.key_grad_buffer(vs)
@@ -308,9 +322,14 @@ class ChunkAttention(torch.autograd.Function):
                     torch.bmm(ds, kw, out=dqs[part].view(-1, m, d))
                     sl.add_window(dks, (ds.mT, qg), c0, c1)
                     sl.add_window(dvs, (p.mT, dog), c0, c1)
-                dqs.mul_(plan.scale)
-                if ctx.unit_keys:  # through u = x/‖x‖: dx = (du − u·(u·du))/‖x‖
-                    dks.addcmul_(ks, (ks * dks).sum(dim=-1, keepdim=True), value=-1.0).div_(norms)
+                # the keys are c·x, c = scale or scale/‖x‖ (unit keys u = x/‖x‖): dx = c·dK, or
+                # through u, dx = (dK − u·(u·dK))·scale/‖x‖ with u = K/scale
+                if factor is None:
+                    dks.mul_(plan.scale)
+                else:  # factor: the key rows after the front chunk (consecutive windows)
+                    kr, dkr = (ks[m:], dks[m:]) if sl.consecutive else (ks, dks)
+                    dot = (kr * dkr).sum(dim=-1, keepdim=True).div_(plan.scale**2)
+                    dkr.addcmul_(kr, dot, value=-1.0).mul_(factor)
                 if dk is None:  # k is q, sorted alike: add the query rows' part to the key rows
                     dks[m:].add_(dqs[:-1])  # (a slot that read nothing has zero rows in dqs)
                     pairs = [(dq, dks, sl.inverse_k), (dvf, dvs, sl.inverse_k)]

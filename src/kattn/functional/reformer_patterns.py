@@ -51,8 +51,9 @@ def chunk_mask(
         allowed &= torch.cat([kpos.roll(1, dims=3), kpos], dim=-1)[..., None, :] != qpos
     # padded queries (sorted after the real ones) and filler slots read nothing
     real = length - pad.sum(dim=-1, keepdim=True)  # (B, 1): the real queries come first
-    reading = torch.arange(lp, device=pad.device) < real  # (B, Lp)
-    allowed.view(b, h, rounds, lp, 2 * m).logical_and_(reading[:, None, None, :, None])
+    if lp > length or bool(pad.any()):  # else every slot is a real query's
+        reading = torch.arange(lp, device=pad.device) < real  # (B, Lp)
+        allowed.view(b, h, rounds, lp, 2 * m).logical_and_(reading[:, None, None, :, None])
 
     def at(table: Tensor, pos: Tensor) -> Tensor:  # table (B, H, R, L) read at positions
         return table.gather(-1, pos.reshape(b, h, 1, -1).expand(-1, -1, table.shape[2], -1))
