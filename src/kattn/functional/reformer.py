@@ -81,7 +81,7 @@ from .lsh import (
 )
 from .numerics import accumulation_dtype, autocast_off
 from .reformer_chunks import ChunkAttention, ChunkPlan, row_norms
-from .reformer_patterns import causal_layout, chunk_mask
+from .reformer_patterns import ChunkRules, DenseRules, causal_layout
 
 __all__ = [
     "lsh_buckets",
@@ -107,13 +107,15 @@ def reformer_attention(
     bucket_factors: Sequence[int] | None = None,
 ) -> Tensor:
     """Multi-round LSH attention (module docstring), in O(R·(L·log L + L·n·D +
-    L·m·(D + Dv))) time and O(R·L·m + L·(D + Dv)) memory (a bool per score, and when a
-    gradient is wanted a float per score, kept for the backward; one round's sorted rows).
+    L·m·(D + Dv))) time and O(R·L·m + L·(D + Dv)) memory (when a gradient is wanted, a float
+    per score kept for the backward, and in the causal form a bool per score; one round's
+    sorted rows).
 
     Per round: hash, argsort by bucket and position (padded positions last), gather q, k and
     v once into the sorted order, and attend from each chunk to ``[previous chunk, own
-    chunk]`` (a strided view of the sorted keys); the per-token rules are one bool mask built
-    from the sorted positions. Each round's outputs go back to their original positions and
+    chunk]`` (a strided view of the sorted keys); the per-token rules are applied to each
+    group of chunks' logits from per-slot values (the sorted positions, their chunks in the
+    earlier rounds). Each round's outputs go back to their original positions and
     are merged with the earlier rounds' by log-sum-exp; the backward rescales each chunk's
     kept probabilities to the merged log-sum-exp and adds the gradients into the unsorted
     rows. With ``shared_qk`` the unit keys are made from each slice's gathered rows of q.
@@ -161,11 +163,12 @@ def reformer_attention(
             k = q  # the keys are q's own rows: the chunked pass gathers them once
         if causal:  # the same-bucket sliding window, blocks reading three key chunks
             blocks, starts, allowed = causal_layout(order_q, order_k, hashes_q, hashes_k, pad, m)
-            plan = ChunkPlan(blocks, order_k, allowed, length, m, scale, starts)
+            rules: ChunkRules | DenseRules = DenseRules(allowed)
+            del allowed  # the rules keep their own (negated) copy
+            plan = ChunkPlan(blocks, order_k, rules, length, m, scale, starts)
         else:
-            allowed = chunk_mask(order_q, order_k, hashes_q, hashes_k, pad, m, across)
-            plan = ChunkPlan(order_q, order_k, allowed, length, m, scale, same_order=shared_qk)
-        del allowed  # the plan keeps its own (negated) copy
+            rules = ChunkRules(order_q, order_k, hashes_q, hashes_k, pad, m, across, acc)
+            plan = ChunkPlan(order_q, order_k, rules, length, m, scale, same_order=shared_qk)
         q_, v_ = q.to(acc), v.to(acc)
         k_ = q_ if k is q else k.to(acc)
         if not torch.is_grad_enabled():  # no graph: the pass keeps nothing for a backward

@@ -3,7 +3,8 @@ Efficient Transformer", ICLR 2020, §2 and App. A): the softmax of each block of
 slots over its window of key chunks, the rounds merged into one softmax over the union of
 their (disjoint) key sets, with a backward that reads the probabilities the forward kept
 (:class:`ChunkAttention` on a :class:`ChunkPlan`). Which slots may be read comes from
-:mod:`kattn.functional.reformer_patterns`. Used by :func:`kattn.functional.reformer_attention`.
+the rules of :mod:`kattn.functional.reformer_patterns`, applied to each group's logits.
+Used by :func:`kattn.functional.reformer_attention`.
 
 A slice of (batch, head) sequences at a time, round by round, q, k and v are gathered once
 into the sorted order; a block's keys are then a window of consecutive key chunks: a
@@ -11,7 +12,7 @@ strided view of the sorted keys when every block reads the chunk before it and i
 non-causal form, no copy), otherwise its ``span`` chunks gathered whole. The slice's outputs
 (and in the backward its gradients) go back to the original positions by gathering with the
 inverse orders, and the rounds are merged by their log-sum-exp as they arrive, so beyond
-the per-score masks and kept probabilities only O(L·(D + Dv)) is held.
+the kept probabilities (and the causal form's per-score masks) only O(L·(D + Dv)) is held.
 
 Shapes: B batch, H heads, L length, D head dim, Dv value dim, R rounds, m the chunk length,
 NB blocks of m query slots per (batch, head, round), Lq = NB·m, S = span·m key slots per block.
@@ -28,6 +29,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .lsh import slots
+from .reformer_patterns import MASKED, ChunkRules, DenseRules
 
 __all__ = ["ChunkAttention", "ChunkPlan", "row_norms"]
 
@@ -37,21 +39,19 @@ _CHUNK_ELEMENTS = 1 << 20
 #: sorted rows gathered at once (whole (batch, head) sequences, at least one).
 _SLICE_ROWS = 1 << 14
 
-#: the logit of a disallowed key: exp(−1e30 − max) is 0 in fp32 and fp64.
-_MASKED = -1e30
-
 
 class ChunkPlan:
-    """Row indices and masks for :class:`ChunkAttention`, round by round (leading dim R),
+    """Row indices and rules for :class:`ChunkAttention`, round by round (leading dim R),
     with the (batch, head) sequences and their blocks flattened.
 
     Args:
         order_q: ``(B, H, R, Lq)``, the query position of each slot of the NB blocks (filler
-            slots: any position, their mask row all False).
+            slots: any position, not :attr:`positioned` in the rules).
         order_k: ``(B, H, R, Lp)``, the key positions in sorted order (every position once in
             the first L slots).
-        allowed: ``(B, H, R·NB, m, S)`` or ``(B, H, R, NB, m, S)`` bool, True where a query
-            slot may read a key slot of its block's window.
+        rules: which key slots of its block's window (``rules.window`` = S of them) each query
+            slot may read: :class:`~kattn.functional.reformer_patterns.ChunkRules` (the
+            non-causal form) or :class:`~kattn.functional.reformer_patterns.DenseRules`.
         length: L.
         m: the chunk length.
         scale: the logit scale.
@@ -64,7 +64,7 @@ class ChunkPlan:
         self,
         order_q: Tensor,
         order_k: Tensor,
-        allowed: Tensor,
+        rules: ChunkRules | DenseRules,
         length: int,
         m: int,
         scale: float,
@@ -73,7 +73,7 @@ class ChunkPlan:
         same_order: bool = False,
     ) -> None:
         b, h, rounds, lq = order_q.shape
-        nblocks, span = lq // m, allowed.shape[-1] // m
+        nblocks, span = lq // m, rules.window // m
         device = order_q.device
         self.shape, self.length, self.m, self.scale = (b, h, rounds), length, m, scale
         self.span, self.nblocks, self.lq = span, nblocks, lq
@@ -89,15 +89,10 @@ class ChunkPlan:
             return x.movedim(2, 0).reshape(rounds, -1)
 
         self.rows_q = by_round(order_q + seq * length)  # (R, B·H·Lq): rows of (B·H·L, ·)
-        allowed = allowed.view(b, h, rounds, nblocks, m, span * m).movedim(2, 0)
-        blocked = torch.empty(allowed.shape, dtype=torch.bool, device=device)
-        torch.logical_not(allowed, out=blocked)
-        #: (R, B·H·NB, m, S), True where a query slot may not read a key slot (None in the
-        #: copy a backward keeps, :meth:`without_mask`)
-        self.blocked: Tensor | None = blocked.view(rounds, b * h * nblocks, m, span * m)
-        # (R, B·H·Lq): the slots that read a key (a value reduction over the bytes: any() over
-        # the last dim of a bool tensor does not vectorise)
-        seen = allowed.view(torch.uint8).amax(dim=-1).reshape(rounds, -1).bool()
+        #: the rules (None in the copy a backward keeps, :meth:`without_mask`)
+        self.rules: ChunkRules | DenseRules | None = rules
+        #: the logits of a round, (R, B·H·NB, m, S)
+        self.score_shape = (rounds, b * h * nblocks, m, span * m)
         if self.consecutive:  # keys as sorted; one front filler chunk per slice
             keys, first_key = order_k, m
         else:  # per sequence: span − 1 filler chunks, the keys, one filler chunk
@@ -111,9 +106,9 @@ class ChunkPlan:
         else:  # the key chunks of each block's window, counted in the rows of rows_k
             first = by_round(starts + seq * (self.lk // m))
             self.chunks = (first[..., None] + torch.arange(span, device=device)).contiguous()
-        # the inverse orders: each position's query slot (−1: none reads a key) and key row
+        # the inverse orders: each position's query slot (−1: none) and key row
         slot = torch.arange(b * h * lq, device=device).expand(rounds, -1)
-        dest = torch.where(seen, self.rows_q, b * h * length)
+        dest = torch.where(rules.positioned, self.rows_q, b * h * length)
         inverse = torch.full((rounds, b * h * length + 1), -1, device=device, dtype=torch.long)
         self.inverse_q = inverse.scatter_(1, dest, slot)[:, :-1]  # (R, B·H·L)
         self.inverse_k = by_round(slots(order_k, length) + first_key + seq * self.lk)
@@ -122,10 +117,10 @@ class ChunkPlan:
         self.step = max(1, _CHUNK_ELEMENTS // (m * span * m))
 
     def without_mask(self) -> ChunkPlan:
-        """A copy sharing every index but holding no mask (``blocked`` None), for a backward
+        """A copy sharing every index but holding no rules (``rules`` None), for a backward
         that reads the kept probabilities."""
         plan = copy.copy(self)
-        plan.blocked = None
+        plan.rules = None
         return plan
 
     def slice(self, r: int, s0: int, s1: int) -> _Slice:
@@ -135,7 +130,7 @@ class ChunkPlan:
 
 class _Slice:
     """One round's (batch, head) sequences s0..s1: their sorted rows, inverse orders (local to
-    the slice's buffers), masks and groups of blocks."""
+    the slice's buffers), rules and groups of blocks."""
 
     def __init__(self, plan: ChunkPlan, r: int, s0: int, s1: int) -> None:
         m, length, lq, lk = plan.m, plan.length, plan.lq, plan.lk
@@ -148,7 +143,7 @@ class _Slice:
         self.inverse_k = plan.inverse_k[r, self.positions] - s0 * lk
         b0, b1 = s0 * plan.nblocks, s1 * plan.nblocks
         self.blocks = slice(b0, b1)  # the slice's blocks among the round's B·H·NB
-        self.blocked = None if plan.blocked is None else plan.blocked[r, b0:b1]
+        self.rules = None if plan.rules is None else plan.rules.at(r, s0, s1)
         self.chunks = None if plan.chunks is None else plan.chunks[r, b0:b1] - s0 * (lk // m)
         self.groups = [(c0, min(b1 - b0, c0 + plan.step)) for c0 in range(0, b1 - b0, plan.step)]
 
@@ -242,13 +237,13 @@ class ChunkAttention(torch.autograd.Function):
         keep = any(ctx.needs_input_grad[:3])
         shared_rows = k is q and plan.same_order  # one gather serves queries and keys
         if keep:  # what the backward reads instead of recomputing the scores
-            assert plan.blocked is not None
-            probs = q.new_empty(plan.blocked.shape)  # (R, B·H·NB, m, S)
+            probs = q.new_empty(plan.score_shape)  # (R, B·H·NB, m, S)
             lses = q.new_empty(rounds, b * h * plan.lq)
+        scratch = q.new_empty(plan.step * plan.score_shape[2] * plan.score_shape[3])
         for s0, s1 in plan.slices:  # a slice's rounds one after the other: its rows stay cached
             for r in range(rounds):
                 sl = plan.slice(r, s0, s1)
-                assert sl.blocked is not None
+                assert sl.rules is not None
                 qs = qf.index_select(0, sl.rows_q)  # the logit scale goes on the keys
                 ks, _ = sl.scaled_keys(kf, plan.scale, unit_keys, qs if shared_rows else None)
                 vs = sl.keys(vf)
@@ -258,14 +253,20 @@ class ChunkAttention(torch.autograd.Function):
                 for c0, c1 in sl.groups:
                     qg = qs[c0 * m : c1 * m].view(-1, m, d)
                     scores = torch.bmm(qg, sl.window(ks, c0, c1).mT)
-                    scores.masked_fill_(sl.blocked[c0:c1], _MASKED)
+                    sl.rules.apply(scores, c0, c1, scratch)
                     top = scores.amax(dim=-1, keepdim=True)
+                    # a slot reads no key when its largest logit is a disallowed one (or its
+                    # rules say so): its lse is −∞ (its output row, finite, then weighs 0)
+                    rows = slice(c0 * m, c1 * m)
+                    dead = top.flatten() < MASKED / 2
+                    if sl.rules.reads is not None:
+                        dead |= ~sl.rules.reads[rows]
                     # one fused pass per row (max, exp, sum, scale) instead of four over the
                     # group; the largest probability is exp(top − lse), which gives the lse
                     p = _softmax(scores, probs[r, sl.blocks][c0:c1] if keep else scores)
-                    rows = slice(c0 * m, c1 * m)
                     torch.bmm(p, sl.window(vs, c0, c1), out=os_[rows].view(-1, m, dv))
                     lse_s[rows] = top.sub_(p.amax(dim=-1, keepdim=True).log_()).flatten()
+                    lse_s[rows].masked_fill_(dead, -math.inf)
                     if keep:
                         lses[r, sl.blocks.start * m :][rows] = lse_s[rows]
                 at = sl.positions
@@ -304,8 +305,8 @@ class ChunkAttention(torch.autograd.Function):
                 )
                 # the probabilities of the merged softmax are P·c per query slot, P the round's
                 # as kept and c = exp(lse_r − lse) (0 for a slot that read nothing: its lse_r is
-                # about the mask's −1e30); c goes on dO and δ, the smaller side of each
-                # product: dV = Pᵀ(c·dO), dS = P ∘ ((c·dO)Vᵀ − c·δ)
+                # −∞); c goes on dO and δ, the smaller side of each product:
+                # dV = Pᵀ(c·dO), dS = P ∘ ((c·dO)Vᵀ − c·δ)
                 c = (lses[r, b0 * m : b0 * m + rows.numel()] - lse[rows]).exp_()
                 dos = dof.index_select(0, rows).mul_(c[:, None])
                 delta_q = delta[rows].mul_(c)

@@ -1,8 +1,9 @@
 """Which key slots each query slot of Reformer LSH attention may read (Kitaev, Kaiser and
 Levskaya, "Reformer: The Efficient Transformer", ICLR 2020, §2 and App. A): the non-causal
-chunks of the sorted order (:func:`chunk_mask`) and kattn's causal same-bucket window
-(:func:`causal_key_ranges`, :func:`causal_layout`), each key counted in one round only. Used
-by :func:`kattn.functional.reformer_attention` with
+chunks of the sorted order (:class:`ChunkRules`, applied per group of blocks from per-slot
+values) and kattn's causal same-bucket window (:func:`causal_key_ranges`,
+:func:`causal_layout`, a bool per score in :class:`DenseRules`), each key counted in one round
+only. Used by :func:`kattn.functional.reformer_attention` with
 :class:`kattn.functional.reformer_chunks.ChunkPlan`.
 
 Shapes: B batch, H heads, L length, R rounds, m the chunk length, nc = ⌈L/m⌉ chunks per
@@ -16,72 +17,196 @@ from torch import Tensor
 
 from .lsh import slots
 
-__all__ = ["causal_key_ranges", "causal_layout", "chunk_mask"]
+__all__ = ["MASKED", "ChunkRules", "DenseRules", "causal_key_ranges", "causal_layout"]
 
 
-def chunk_mask(
-    order_q: Tensor,
-    order_k: Tensor,
-    hashes_q: Tensor,
-    hashes_k: Tensor,
-    pad: Tensor,
-    m: int,
-    across: bool,
-) -> Tensor:
-    """``(B, H, R·nc, m, 2m)`` bool, True where query slot s may read the key slot of
-    ``[previous chunk, own chunk]`` (the non-causal form): not itself, the same bucket (unless
-    ``across``) held by no earlier round (each key counts once), and neither a padded key nor
-    a filler slot; padded and filler query slots read nothing. ``order_k is order_q``
-    (shared QK) marks a query's own slot as the diagonal of its own chunk instead of comparing
-    positions."""
-    b, h, rounds, lp = order_q.shape
-    length = hashes_q.shape[-1]
-    nc = lp // m
-    key_pad = pad[:, None, None, :].expand(b, h, rounds, length).gather(3, order_k)
-    key_pad[..., length:] = True  # the filler slots
-    key_pad = key_pad.view(b, h, rounds, nc, m)
-    open_keys = torch.cat([key_pad.roll(1, dims=3), key_pad], dim=-1).logical_not_()
-    open_keys[:, :, :, 0, :m] = False  # chunk 0 of a round has no previous chunk
-    allowed = open_keys[..., None, :].expand(b, h, rounds, nc, m, 2 * m).clone()
-    if order_k is order_q:  # each position holds one slot: its own is the own chunk's diagonal
-        allowed[..., m:].diagonal(dim1=-2, dim2=-1).fill_(False)
-    else:
-        qpos = order_q.view(b, h, rounds, nc, m, 1)
-        kpos = order_k.view(b, h, rounds, nc, m)
-        allowed &= torch.cat([kpos.roll(1, dims=3), kpos], dim=-1)[..., None, :] != qpos
-    # padded queries (sorted after the real ones) and filler slots read nothing
-    real = length - pad.sum(dim=-1, keepdim=True)  # (B, 1): the real queries come first
-    if lp > length or bool(pad.any()):  # else every slot is a real query's
-        reading = torch.arange(lp, device=pad.device) < real  # (B, Lp)
-        allowed.view(b, h, rounds, lp, 2 * m).logical_and_(reading[:, None, None, :, None])
+#: the logit of a disallowed key: exp(−1e30 − max) is 0 in fp32 and fp64; a row whose largest
+#: logit is below half of it reads no key.
+MASKED = -1e30
 
-    def at(table: Tensor, pos: Tensor) -> Tensor:  # table (B, H, R, L) read at positions
-        return table.gather(-1, pos.reshape(b, h, 1, -1).expand(-1, -1, table.shape[2], -1))
 
-    def window(x: Tensor) -> Tensor:  # (…, nc, m) per key slot → (…, nc, 1, 2m)
-        return torch.cat([x.roll(1, dims=-2), x], dim=-1)[..., None, :]
+class DenseRules:
+    """Which key slots each query slot may read as one bool per score (kattn's causal form,
+    :func:`causal_layout`): ``allowed (B, H, R, NB, m, S)``, applied by ``masked_fill``.
 
-    if not across:
-        bq = at(hashes_q, order_q).view(b, h, rounds, rounds, nc, m, 1)
-        bk = window(at(hashes_k, order_k).view(b, h, rounds, rounds, nc, m))
-        for r in range(rounds):
-            allowed[:, :, r] &= bq[:, :, r, r] == bk[:, :, r, r]
-    if rounds > 1:
-        # chunk numbers as small ints: the broadcast difference below vectorises
-        small = torch.int16 if nc < 2**15 - 1 else torch.int32
-        shape = (b, h, rounds, rounds, nc, m)
-        cq = at(slots(order_q, length) // m, order_q).to(small).view(*shape, 1)
-        ck = window(at(slots(order_k, length) // m, order_k).to(small).view(shape))
-        for r in range(1, rounds):  # drop what rounds 0 … r − 1 already hold
+    Attributes:
+        blocked: ``(R, B·H·NB, m, S)``, True where a query slot may not read a key slot.
+        positioned: ``(R, B·H·NB·m)``, the query slots whose output goes back to a position
+            (not the filler slots, nor those that read no key: their positions get a zero row).
+    """
+
+    def __init__(self, allowed: Tensor) -> None:
+        b, h, rounds, nblocks, m, span = allowed.shape
+        self.per_sequence, self.window = nblocks, span  # key slots per block
+        allowed = allowed.movedim(2, 0)
+        blocked = torch.empty(allowed.shape, dtype=torch.bool, device=allowed.device)
+        torch.logical_not(allowed, out=blocked)  # in round-major order
+        self.blocked = blocked.view(rounds, b * h * nblocks, m, span)
+        # a value reduction over the bytes: any() over the last dim of a bool tensor does not
+        # vectorise
+        self.positioned = allowed.view(torch.uint8).amax(dim=-1).reshape(rounds, -1).bool()
+
+    def at(self, r: int, s0: int, s1: int) -> _DenseSlice:
+        """Round r's rules for the (batch, head) sequences s0..s1."""
+        n = self.per_sequence
+        return _DenseSlice(self.blocked[r, s0 * n : s1 * n])
+
+
+class _DenseSlice:
+    def __init__(self, blocked: Tensor) -> None:
+        self.blocked = blocked
+        #: a slot reads nothing where its row is all False (no other rule)
+        self.reads: Tensor | None = None
+
+    def apply(self, scores: Tensor, c0: int, c1: int, scratch: Tensor) -> None:
+        """Set the disallowed logits of the slice's blocks c0..c1 to :data:`MASKED`."""
+        scores.masked_fill_(self.blocked[c0:c1], MASKED)
+
+
+class ChunkRules:
+    """The non-causal form's rules, per slot instead of per score: query slot s of round r,
+    in chunk n of the sorted order, may read the key slots of chunks n − 1 and n (none before
+    the first chunk) except
+
+    - padded keys and filler slots;
+    - itself: with keys sorted as the queries (shared QK) the own chunk's diagonal, otherwise
+      the key slot holding the query's position;
+    - unless ``across``, keys of another bucket;
+    - keys that an earlier round e < r already holds for the query (each key counts once):
+      those whose round-e chunk is the query's round-e chunk or the one before it (and, unless
+      ``across``, whose round-e bucket is the query's);
+
+    and padded queries and filler slots read nothing. Each group of blocks gets these as
+    :data:`MASKED` logits (:meth:`_ChunkSlice.apply`): the earlier-round test is float
+    arithmetic on the chunk numbers (exact below 2^24), which vectorises where a bool mask of
+    the scores does not.
+
+    Args:
+        order_q, order_k: ``(B, H, R, Lp)``, the positions in sorted order (filler slots
+            after the L positions); ``order_k is order_q`` for shared QK.
+        hashes_q, hashes_k: ``(B, H, R, L)`` buckets.
+        pad: ``(B, L)`` bool, True marks padding.
+        m: the chunk length.
+        across: whether keys of another bucket in the two chunks count.
+        dtype: the dtype of the logits.
+    """
+
+    def __init__(
+        self,
+        order_q: Tensor,
+        order_k: Tensor,
+        hashes_q: Tensor,
+        hashes_k: Tensor,
+        pad: Tensor,
+        m: int,
+        across: bool,
+        dtype: torch.dtype,
+    ) -> None:
+        b, h, rounds, lp = order_q.shape
+        length = hashes_q.shape[-1]
+        self.m, self.lp, self.across = m, lp, across
+        self.window = 2 * m  # key slots per block: the chunk before and the own chunk
+        self.shared = order_k is order_q
+        device = order_q.device
+
+        def flat(x: Tensor) -> Tensor:  # (B, H, R, Lp) → (R, B·H·Lp)
+            return x.expand(b, h, rounds, lp).movedim(2, 0).reshape(rounds, -1)
+
+        slot = torch.arange(lp, device=device)
+        self.positioned = flat(slot < length)  # every slot but the fillers has a position
+        self.key_bias: Tensor | None = None  # MASKED at padded and filler key slots, else 0
+        self.reads: Tensor | None = None  # False at padded and filler query slots
+        if lp > length or bool(pad.any()):
+            closed = pad[:, None, None, :].expand(b, h, rounds, length).gather(3, order_k)
+            closed[..., length:] = True
+            self.key_bias = flat(closed).to(dtype).mul_(MASKED)
+            real = length - pad.sum(dim=-1, keepdim=True)  # (B, 1): real queries come first
+            self.reads = flat((slot < real)[:, None, None, :])
+        if not self.shared:
+            self.pos_q, self.pos_k = flat(order_q), flat(order_k)
+        if not across:  # each slot's bucket in its round
+            self.bucket_q = flat(hashes_q.gather(-1, order_q))
+            self.bucket_k = flat(hashes_k.gather(-1, order_k))
+        # for round r and each e < r: the round-e chunk of the query (key) at each slot of
+        # round r, as floats (keys shifted by one half) and, unless across, its round-e bucket
+        chunk_q, chunk_k = slots(order_q, length) // m, slots(order_k, length) // m
+        self.earlier: dict[tuple[int, int], tuple[Tensor, ...]] = {}
+        for r in range(1, rounds):
             for e in range(r):
-                # held in round e: the key's chunk there is the query's or the one before,
-                # i.e. ck − cq + 1 ∈ {0, 1}, i.e. (ck − cq + 1) & ~1 = 0
-                step = torch.sub(ck[:, :, e, r], cq[:, :, e, r]).add_(1).bitwise_and_(-2)
-                held = step == 0
+                pq, pk = order_q[:, :, r], order_k[:, :, r]
+                held = [
+                    flat(chunk_q[:, :, e].gather(-1, pq)[:, :, None].to(dtype))[0],
+                    flat(chunk_k[:, :, e].gather(-1, pk)[:, :, None].to(dtype))[0].add_(0.5),
+                ]
                 if not across:
-                    held &= bq[:, :, e, r] == bk[:, :, e, r]
-                allowed[:, :, r] &= ~held
-    return allowed.view(b, h, rounds * nc, m, 2 * m)
+                    held.append(flat(hashes_q[:, :, e].gather(-1, pq)[:, :, None])[0])
+                    held.append(flat(hashes_k[:, :, e].gather(-1, pk)[:, :, None])[0])
+                self.earlier[e, r] = tuple(held)
+
+    def at(self, r: int, s0: int, s1: int) -> _ChunkSlice:
+        """Round r's rules for the (batch, head) sequences s0..s1."""
+        return _ChunkSlice(self, r, s0, s1)
+
+
+class _ChunkSlice:
+    """:class:`ChunkRules` of one round for a slice of sequences, whose keys follow one
+    front chunk (as :class:`kattn.functional.reformer_chunks.ChunkPlan` lays them out)."""
+
+    def __init__(self, rules: ChunkRules, r: int, s0: int, s1: int) -> None:
+        m, lp = rules.m, rules.lp
+        rows = slice(s0 * lp, s1 * lp)
+        self.m, self.nblocks, self.shared = m, lp // m, rules.shared
+        self.reads = None if rules.reads is None else rules.reads[r, rows]
+
+        def keys(x: Tensor) -> Tensor:  # the slice's key-slot values after the front chunk
+            return torch.cat([x.new_zeros(m), x[rows]])
+
+        self.key_bias = None if rules.key_bias is None else keys(rules.key_bias[r])
+        self.pos = None if rules.shared else (rules.pos_q[r, rows], keys(rules.pos_k[r]))
+        self.bucket = None if rules.across else (rules.bucket_q[r, rows], keys(rules.bucket_k[r]))
+        self.earlier = [
+            (held[0][rows], *(keys(x) if i % 2 else x[rows] for i, x in enumerate(held[1:], 1)))
+            for (e, r_), held in rules.earlier.items()
+            if r_ == r
+        ]
+
+    def _window(self, x: Tensor, c0: int, c1: int) -> Tensor:
+        """The key-slot values of blocks c0..c1's windows, ``(c, 1, 2m)``."""
+        m = self.m
+        return x[c0 * m :].as_strided((c1 - c0, 1, 2 * m), (m, 0, 1))
+
+    def _queries(self, x: Tensor, c0: int, c1: int) -> Tensor:
+        """The query-slot values of blocks c0..c1, ``(c, m, 1)``."""
+        return x[c0 * self.m : c1 * self.m].view(c1 - c0, self.m, 1)
+
+    def apply(self, scores: Tensor, c0: int, c1: int, scratch: Tensor) -> None:
+        """Set the disallowed logits of the slice's blocks c0..c1, ``scores (c, m, 2m)``, to
+        :data:`MASKED` or below (``scratch``: a buffer of at least the scores' size)."""
+        m, c = self.m, c1 - c0
+        # the first block of each sequence has no chunk before it
+        scores[(-c0) % self.nblocks :: self.nblocks, :, :m] = MASKED
+        if self.key_bias is not None:
+            scores.add_(self._window(self.key_bias, c0, c1))
+        if self.pos is None:  # keys sorted as the queries: its own slot is the diagonal
+            scores[:, :, m:].diagonal(dim1=-2, dim2=-1).fill_(MASKED)
+        else:
+            pos_q, pos_k = self.pos
+            own = self._window(pos_k, c0, c1) == self._queries(pos_q, c0, c1)
+            scores.masked_fill_(own, MASKED)
+        if self.bucket is not None:
+            bucket_q, bucket_k = self.bucket
+            other = self._window(bucket_k, c0, c1) != self._queries(bucket_q, c0, c1)
+            scores.masked_fill_(other, MASKED)
+        held = scratch.view(-1)[: scores.numel()].view(c, m, 2 * m)
+        for chunks in self.earlier:  # each key once: drop what an earlier round holds
+            # key chunk + ½ − query chunk is ±½ when the key's chunk is the query's or the one
+            # before, else at least 3/2 in size: |·| − 3/2 is −1 there, clamped to 0 elsewhere
+            torch.sub(self._window(chunks[1], c0, c1), self._queries(chunks[0], c0, c1), out=held)
+            held.abs_().sub_(1.5).clamp_max_(0.0)
+            if len(chunks) > 2:  # and of the query's bucket in that round
+                same = self._window(chunks[3], c0, c1) == self._queries(chunks[2], c0, c1)
+                held.mul_(same)
+            scores.add_(held, alpha=-MASKED)
 
 
 def causal_key_ranges(
