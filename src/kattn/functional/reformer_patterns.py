@@ -12,6 +12,8 @@ round, Lp = nc·m.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -130,18 +132,19 @@ class ChunkRules:
         # for round r and each e < r: the round-e chunk of the query (key) at each slot of
         # round r, as floats (keys shifted by one half) and, unless across, its round-e bucket
         chunk_q, chunk_k = slots(order_q, length) // m, slots(order_k, length) // m
-        self.earlier: dict[tuple[int, int], tuple[Tensor, ...]] = {}
+        self.earlier: dict[int, list[_Earlier]] = {r: [] for r in range(rounds)}
         for r in range(1, rounds):
+            pq, pk = order_q[:, :, r], order_k[:, :, r]  # (B, H, Lp)
             for e in range(r):
-                pq, pk = order_q[:, :, r], order_k[:, :, r]
-                held = [
-                    flat(chunk_q[:, :, e].gather(-1, pq)[:, :, None].to(dtype))[0],
-                    flat(chunk_k[:, :, e].gather(-1, pk)[:, :, None].to(dtype))[0].add_(0.5),
-                ]
+                buckets = None
                 if not across:
-                    held.append(flat(hashes_q[:, :, e].gather(-1, pq)[:, :, None])[0])
-                    held.append(flat(hashes_k[:, :, e].gather(-1, pk)[:, :, None])[0])
-                self.earlier[e, r] = tuple(held)
+                    buckets = (hashes_q[:, :, e].gather(-1, pq), hashes_k[:, :, e].gather(-1, pk))
+                held = _Earlier(
+                    chunk_q[:, :, e].gather(-1, pq).to(dtype).flatten(),
+                    chunk_k[:, :, e].gather(-1, pk).to(dtype).flatten().add_(0.5),
+                    None if buckets is None else (buckets[0].flatten(), buckets[1].flatten()),
+                )
+                self.earlier[r].append(held)
 
     def at(self, r: int, s0: int, s1: int) -> _ChunkSlice:
         """Round r's rules for the (batch, head) sequences s0..s1."""
@@ -165,9 +168,12 @@ class _ChunkSlice:
         self.pos = None if rules.shared else (rules.pos_q[r, rows], keys(rules.pos_k[r]))
         self.bucket = None if rules.across else (rules.bucket_q[r, rows], keys(rules.bucket_k[r]))
         self.earlier = [
-            (held[0][rows], *(keys(x) if i % 2 else x[rows] for i, x in enumerate(held[1:], 1)))
-            for (e, r_), held in rules.earlier.items()
-            if r_ == r
+            _Earlier(
+                held.query_chunk[rows],
+                keys(held.key_chunk),
+                None if held.buckets is None else (held.buckets[0][rows], keys(held.buckets[1])),
+            )
+            for held in rules.earlier[r]
         ]
 
     def _window(self, x: Tensor, c0: int, c1: int) -> Tensor:
@@ -198,15 +204,25 @@ class _ChunkSlice:
             other = self._window(bucket_k, c0, c1) != self._queries(bucket_q, c0, c1)
             scores.masked_fill_(other, MASKED)
         held = scratch.view(-1)[: scores.numel()].view(c, m, 2 * m)
-        for chunks in self.earlier:  # each key once: drop what an earlier round holds
+        for earlier in self.earlier:  # each key once: drop what an earlier round holds
             # key chunk + ½ − query chunk is ±½ when the key's chunk is the query's or the one
             # before, else at least 3/2 in size: |·| − 3/2 is −1 there, clamped to 0 elsewhere
-            torch.sub(self._window(chunks[1], c0, c1), self._queries(chunks[0], c0, c1), out=held)
+            key_chunk = self._window(earlier.key_chunk, c0, c1)
+            torch.sub(key_chunk, self._queries(earlier.query_chunk, c0, c1), out=held)
             held.abs_().sub_(1.5).clamp_max_(0.0)
-            if len(chunks) > 2:  # and of the query's bucket in that round
-                same = self._window(chunks[3], c0, c1) == self._queries(chunks[2], c0, c1)
-                held.mul_(same)
+            if earlier.buckets is not None:  # and of the query's bucket in that round
+                bucket_q, bucket_k = earlier.buckets
+                held.mul_(self._window(bucket_k, c0, c1) == self._queries(bucket_q, c0, c1))
             scores.add_(held, alpha=-MASKED)
+
+
+class _Earlier(NamedTuple):
+    """For the slots of a round r and an earlier round e: the round-e chunk of each query,
+    that of each key plus ½ (floats), and unless across their round-e buckets."""
+
+    query_chunk: Tensor
+    key_chunk: Tensor
+    buckets: tuple[Tensor, Tensor] | None
 
 
 def causal_key_ranges(
