@@ -163,8 +163,13 @@ def sorted_order(hashes: Tensor, pad: Tensor, lp: int) -> Tensor:
     b, h, rounds, length = hashes.shape
     nb_top = int(hashes.max()) + 1 if hashes.numel() else 1
     bucket = torch.where(pad[:, None, None, :], nb_top, hashes)  # padding: a last bucket
-    key = bucket * length + torch.arange(length, device=hashes.device)
-    order = key.argsort(dim=-1)
+    device = hashes.device
+    key = bucket * length + torch.arange(length, device=device)
+    # one sort of every row's keys, each row offset past the one before (a flat sort runs in
+    # parallel where a sort along the last dim of a few long rows does not)
+    row = torch.arange(b * h * rounds, device=device).view(b, h, rounds, 1)
+    key += row * ((nb_top + 1) * length)
+    order = key.flatten().argsort().view(b, h, rounds, length) - row * length
     filler = order.new_zeros(b, h, rounds, lp - length)
     return torch.cat([order, filler], dim=-1)
 
