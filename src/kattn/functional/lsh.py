@@ -31,7 +31,7 @@ from .numerics import accumulation_dtype, autocast_off
 
 #: projections ``xR`` computed at once (positions are hashed in slices of this many; small
 #: enough that a slice's passes stay in the cache).
-_HASH_ELEMENTS = 1 << 18
+_HASH_ELEMENTS = 1 << 19
 
 __all__ = [
     "bucket_factors",
@@ -120,39 +120,41 @@ def lsh_buckets(x: Tensor, rotations: Tensor, factors: int | Sequence[int] | Non
     b, h, length, d = x.shape
     rounds, columns = rotations.shape[2], rotations.shape[-1]
     sizes = bucket_factors(2 * columns if factors is None else factors, columns)
-    buckets = torch.empty(b, h, length, rounds, dtype=torch.long, device=x.device)
+    buckets = torch.empty(b, h, rounds, length, dtype=torch.long, device=x.device)
     step = max(1, _HASH_ELEMENTS // max(1, b * h * rounds * columns))
     with autocast_off(x), torch.no_grad():
-        # (H or 1, D, R·Σf/2): one product gives every round's projections in the layout
-        # (B, H, L, R·Σf/2), so no permuted copy of the projections is made
-        rot = rotations.to(device=x.device, dtype=acc).reshape(-1, d, rounds * columns)
+        # (H or 1, R·Σf/2, D): one product gives every round's projections with the positions
+        # last, (B, H, R·Σf/2, L), so that the reductions over a factor's columns are
+        # elementwise over positions (they vectorise; along a short last dim they do not)
+        rot = rotations.to(device=x.device, dtype=acc).reshape(-1, d, rounds * columns).mT
         for start in range(0, length, step):  # xR a slice of positions at a time
-            proj = torch.matmul(x[:, :, start : start + step].to(acc), rot)
-            proj = proj.view(*proj.shape[:-1], rounds, columns)
-            out = buckets[:, :, start : start + step]
+            proj = torch.matmul(rot, x[:, :, start : start + step].to(acc).mT)
+            proj = proj.view(b, h, rounds, columns, -1)
+            out = buckets[..., start : start + step]
             first, stride = 0, 1
             for f in sizes:  # factor i's bucket, weighted by the factors before it
-                part = _signed_argmax(proj[..., first : first + f // 2])
+                part = _signed_argmax(proj[:, :, :, first : first + f // 2])
                 if stride == 1:
                     out.copy_(part)
                 else:
                     out.add_(part, alpha=stride)
                 first, stride = first + f // 2, stride * f
-    return buckets.transpose(-1, -2)
+    return buckets
 
 
 def _signed_argmax(proj: Tensor) -> Tensor:
-    """``argmax([xR; −xR])`` over the last dim of ``proj = xR`` (n columns), in ``[0, 2n)``:
-    of tied maxima, the lowest column wins, then xR before −xR; a NaN row gives n − 1."""
-    half = proj.shape[-1]
+    """``argmax([xR; −xR])`` over dim −2 of ``proj = xR`` (n columns, positions last), in
+    ``[0, 2n)``: of tied maxima, the lowest column wins, then xR before −xR; a position whose
+    projections hold a NaN gives n − 1."""
+    half = proj.shape[-2]
     # the first n of the largest |xR_n| is the largest of (|xR_n| = max)·(n_cols − n): value
     # reductions vectorise where index reductions (argmax) do not
-    weight = torch.arange(half, 0, -1, device=proj.device, dtype=proj.dtype)
+    weight = torch.arange(half, 0, -1, device=proj.device, dtype=proj.dtype)[:, None]
     top = proj.abs()
-    top.eq_(top.amax(dim=-1, keepdim=True)).mul_(weight)
-    arg = (half - top.amax(dim=-1).long()).clamp_(0, half - 1)
+    top.eq_(top.amax(dim=-2, keepdim=True)).mul_(weight)
+    arg = (half - top.amax(dim=-2).long()).clamp_(0, half - 1)
     # the bucket of the largest |xR_n|: n, or n + half when xR_n < 0
-    negative = proj.gather(-1, arg[..., None]).squeeze(-1) < 0
+    negative = proj.gather(-2, arg.unsqueeze(-2)).squeeze(-2) < 0
     return torch.where(negative, arg + half, arg)
 
 
