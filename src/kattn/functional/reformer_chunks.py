@@ -363,11 +363,12 @@ def row_norms(x: Tensor) -> Tensor:
 
 def _merge(out: Tensor, lse: Tensor, o_r: Tensor, lse_r: Tensor) -> None:
     """Merge, in place, two softmaxes over disjoint key sets into one: weights
-    ``exp(lse_x − lse)`` (−∞: no key)."""
+    ``exp(lse_x − lse)`` (−∞: no key), the two summing to one, so one ``lerp`` pass: ``out +
+    w·(o_r − out)``, ``w = exp(lse_r − lse)``. A row with no key in either keeps its (finite)
+    ``out`` and an lse of −∞, which marks it for the caller."""
     top = torch.maximum(lse, lse_r)
     top = torch.where(torch.isfinite(top), top, 0.0)
     a, c = torch.exp(lse - top), torch.exp(lse_r - top)
     total = a + c
-    norm = torch.where(total > 0, total, 1.0)
-    out.mul_((a / norm)[:, None]).addcmul_(o_r, (c / norm)[:, None])
+    out.lerp_(o_r, (c / torch.where(total > 0, total, 1.0))[:, None])
     lse.copy_(top + total.log())
