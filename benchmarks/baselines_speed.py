@@ -9,9 +9,10 @@ registered defaults (``kattn.build(name, head_dim=64, num_heads=4, max_len=L)``)
   2020), ``clustered`` and ``improved_clustered`` (Vyas et al. 2020), ``sinkhorn`` (Tay et al.
   2020), ``synthesizer`` (Tay et al. 2021) and ``informer`` (Zhou et al. 2021); and, where the
   packages are importable (``--peer-site`` adds a site-packages folder to the path), lucidrains'
-  ``reformer-pytorch`` ``LSHAttention`` (bucket 64, 2 hashes, as kattn's defaults; L/64
-  buckets where kattn's default is the paper's 2L/64, so the row ``reformer nb=L/m`` runs
-  kattn's ``reformer`` with the peer's L/64 beside it) and
+  ``reformer-pytorch`` ``LSHAttention`` (bucket 64, 2 hashes, as kattn's defaults; one hash
+  of L/64 buckets where kattn's default is the paper's 2L/64, hashed as two factors beyond
+  Hugging Face's limit, 16·32 at 16K; so the row ``reformer nb=L/m`` runs kattn's
+  ``reformer`` with the peer's hash, one of L/64 buckets, beside it) and
   ``sinkhorn-transformer`` ``SinkhornAttention`` (block 64, as kattn's). Rows whose
   ``(B, H, L, L)`` fp32 scores exceed ``--memory-cap-gb`` (SDPA, whose time grows with them)
   or ``--stored-cap-gb`` (synthesizer, which stores them) are skipped at that length, with a
