@@ -21,20 +21,8 @@ from kattn.functional import (
 )
 
 from ..helpers import assert_close, grads, padding_mask, qkv
-
-H = 2
-MODES = {  # shared_qk, attend_across_buckets
-    "shared": (True, True),
-    "shared-same-bucket": (True, False),
-    "separate": (False, True),
-    "separate-same-bucket": (False, False),
-}
-
-
-def _rotations(length: int, bucket_size: int, rounds: int, d: int = 16, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    nb = reformer_num_buckets(length, bucket_size)
-    return torch.randn(H, d, rounds, nb // 2, generator=g, dtype=torch.float64)
+from .reformer_cases import MODES, H
+from .reformer_cases import rotations as _rotations
 
 
 def _build(**options) -> kattn.Attention:

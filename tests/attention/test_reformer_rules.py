@@ -12,25 +12,12 @@ from kattn.functional import (
     reformer_attention,
     reformer_attention_reference,
     reformer_chunks,
-    reformer_num_buckets,
 )
 from kattn.functional.reformer_patterns import ChunkRules
 
 from ..helpers import assert_close, grads, qkv
-
-H = 2
-MODES = {  # shared_qk, attend_across_buckets
-    "shared": (True, True),
-    "shared-same-bucket": (True, False),
-    "separate": (False, True),
-    "separate-same-bucket": (False, False),
-}
-
-
-def _rotations(length: int, m: int, rounds: int, dtype=torch.float64, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    nb = reformer_num_buckets(length, m)
-    return torch.randn(H, 16, rounds, nb // 2, generator=g, dtype=dtype)
+from .reformer_cases import MODES, H
+from .reformer_cases import rotations as _rotations
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])

@@ -18,15 +18,9 @@ from kattn.functional import (
     reformer_num_buckets,
 )
 
+from ..attention.reformer_cases import H
+from ..attention.reformer_cases import rotations as _rotations
 from ..helpers import assert_close, padding_mask, qkv
-
-H = 2
-
-
-def _rotations(length: int, bucket_size: int, rounds: int, d: int = 16, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    nb = reformer_num_buckets(length, bucket_size)
-    return torch.randn(H, d, rounds, nb // 2, generator=g, dtype=torch.float64)
 
 
 def _window_rule(q, k, v, rotations, *, m, pad, shared_qk):
