@@ -21,7 +21,7 @@ from kattn.functional import (
 )
 
 from ..helpers import assert_close, grads, padding_mask, qkv
-from .reformer_cases import MODES, H
+from .reformer_cases import MODES, H, assert_matches_reference, split_slices
 from .reformer_cases import rotations as _rotations
 
 
@@ -163,8 +163,7 @@ def test_the_chunked_path_equals_the_reference(mode, causal, split, monkeypatch)
     (batch, head) sequence per slice and one block per group, so that slices and groups have
     boundaries."""
     if split:
-        monkeypatch.setattr(reformer_chunks, "_SLICE_ROWS", 1)
-        monkeypatch.setattr(reformer_chunks, "_CHUNK_ELEMENTS", 1)
+        split_slices(monkeypatch)
     shared_qk, across = MODES[mode]
     q, k, v = qkv(3, H, 61, dv=5, requires_grad=True)
     pad = padding_mask(3, 61, (0, 13, 0))
@@ -172,12 +171,7 @@ def test_the_chunked_path_equals_the_reference(mode, causal, split, monkeypatch)
     rot = _rotations(61, 4, 3)
     kw = {"bucket_size": 4, "causal": causal, "key_padding_mask": pad}
     kw |= {"shared_qk": shared_qk, "attend_across_buckets": across}
-    out = reformer_attention(q, k, v, rot, **kw)
-    ref = reformer_attention_reference(q, k, v, rot, **kw)
-    assert_close(out, ref)
-    inputs = (q, v) if shared_qk else (q, k, v)
-    for g, g_ref in zip(grads(out, *inputs), grads(ref, *inputs), strict=True):
-        assert_close(g, g_ref)
+    out = assert_matches_reference(q, k, v, rot, **kw)
     k2, v2 = k.detach().clone(), v.detach().clone()
     k2[pad[:, None, :, None].expand_as(k2)] = float("nan")
     v2[pad[:, None, :, None].expand_as(v2)] = float("inf")

@@ -14,12 +14,12 @@ import kattn
 from kattn.functional import (
     lsh_buckets,
     reformer_attention,
-    reformer_attention_reference,
     reformer_bucket_factors,
     reformer_num_buckets,
 )
 
 from ..helpers import assert_close, grads, padding_mask, qkv
+from .reformer_cases import assert_matches_reference
 
 H = 2
 
@@ -103,12 +103,7 @@ def test_the_chunked_path_equals_the_reference_on_factorized_buckets(causal, sha
         "key_padding_mask": padding_mask(2, 61, (0, 7)),
         "bucket_factors": factors,
     }
-    out = reformer_attention(q, k, v, rot, **kw)
-    ref = reformer_attention_reference(q, k, v, rot, **kw)
-    assert_close(out, ref)
-    inputs = (q, v) if shared_qk else (q, k, v)  # shared: k is not read
-    for got, want in zip(grads(out, *inputs), grads(ref, *inputs), strict=True):
-        assert_close(got, want)
+    out = assert_matches_reference(q, k, v, rot, **kw)
     # the factors are the hash: the same rotations as one hash of 10 buckets differ
     assert not torch.allclose(
         out, reformer_attention(q, k, v, rot, **(kw | {"bucket_factors": None}))

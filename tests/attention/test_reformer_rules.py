@@ -11,12 +11,11 @@ import torch
 from kattn.functional import (
     reformer_attention,
     reformer_attention_reference,
-    reformer_chunks,
 )
 from kattn.functional.reformer_patterns import ChunkRules
 
-from ..helpers import assert_close, grads, qkv
-from .reformer_cases import MODES, H
+from ..helpers import assert_close, qkv
+from .reformer_cases import MODES, H, assert_matches_reference, split_slices
 from .reformer_cases import rotations as _rotations
 
 
@@ -25,18 +24,12 @@ from .reformer_cases import rotations as _rotations
 def test_whole_chunks_without_padding_equal_the_reference(mode, split, monkeypatch):
     """L = 64 in chunks of 4 (no filler slot), no padding, 3 rounds: forward and gradients."""
     if split:
-        monkeypatch.setattr(reformer_chunks, "_SLICE_ROWS", 1)
-        monkeypatch.setattr(reformer_chunks, "_CHUNK_ELEMENTS", 1)
+        split_slices(monkeypatch)
     shared_qk, across = MODES[mode]
     q, k, v = qkv(3, H, 64, dv=5, requires_grad=True)
     rot = _rotations(64, 4, 3)
     kw = {"bucket_size": 4, "shared_qk": shared_qk, "attend_across_buckets": across}
-    out = reformer_attention(q, k, v, rot, **kw)
-    ref = reformer_attention_reference(q, k, v, rot, **kw)
-    assert_close(out, ref)
-    inputs = (q, v) if shared_qk else (q, k, v)
-    for got, want in zip(grads(out, *inputs), grads(ref, *inputs), strict=True):
-        assert_close(got, want)
+    assert_matches_reference(q, k, v, rot, **kw)
 
 
 def test_no_per_score_mask_is_built_for_whole_chunks_without_padding():
@@ -67,10 +60,6 @@ def test_a_slot_that_reads_no_key_reads_its_own_value():
     not read itself; every other slot reads the one before it."""
     q, k, v = qkv(1, H, 6, requires_grad=True)
     rot = torch.zeros(H, 16, 1, 1, dtype=torch.float64)  # one bucket: position order
-    out = reformer_attention(q, k, v, rot, bucket_size=1)
-    ref = reformer_attention_reference(q, k, v, rot, bucket_size=1)
-    assert_close(out, ref)
+    out = assert_matches_reference(q, k, v, rot, bucket_size=1)
     assert_close(out[:, :, 0], v[:, :, 0])  # its own value
     assert_close(out[:, :, 1:], v[:, :, :-1])  # the one key it may read
-    for got, want in zip(grads(out, q, v), grads(ref, q, v), strict=True):
-        assert_close(got, want)
