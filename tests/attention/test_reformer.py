@@ -234,6 +234,21 @@ def test_shared_qk_does_not_read_k_and_gives_it_zero_gradient():
     assert not torch.allclose(separate(q, k, v), separate(q, other, v))
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_a_zero_query_row_with_shared_qk_has_a_finite_gradient(causal, monkeypatch):
+    """x/‖x‖ has no derivative at 0: the unit key of a zero row stays zero with a zero
+    gradient (a division by the clamped norm gave ~1e307 in float64), on both paths."""
+    split_slices(monkeypatch)
+    q, _, v = qkv(1, H, 40, d=16, requires_grad=True)
+    with torch.no_grad():
+        q[0, :, 3] = 0.0
+    options = {"bucket_size": 4, "causal": causal}
+    assert_matches_reference(q, q, v, _rotations(40, 4, 2), **options)
+    out = reformer_attention(q, q, v, _rotations(40, 4, 2), **options)
+    (gq,) = grads(out, q)
+    assert torch.isfinite(out).all() and gq.abs().max() < 100.0
+
+
 @pytest.mark.parametrize("shared_qk", [True, False], ids=["shared", "separate"])
 def test_causal_outputs_never_read_later_keys_or_values(shared_qk):
     """Later queries, keys and values redrawn (their buckets too, over 11 chunks): earlier

@@ -80,7 +80,7 @@ from .lsh import (
     sorted_order,
 )
 from .numerics import accumulation_dtype, autocast_off
-from .reformer_chunks import ChunkAttention, ChunkPlan, row_norms
+from .reformer_chunks import ChunkAttention, ChunkPlan, inverse_norms
 from .reformer_patterns import ChunkRules, DenseRules, causal_layout
 
 __all__ = [
@@ -274,5 +274,5 @@ def _padding(key_padding_mask: Tensor | None, b: int, length: int, device: torch
 
 
 def _unit(x: Tensor) -> Tensor:
-    """``x/‖x‖`` over the last dim (a zero vector stays zero)."""
-    return x / row_norms(x)
+    """``x/‖x‖`` over the last dim (a zero vector stays zero, with a zero gradient)."""
+    return x * inverse_norms(x)

@@ -31,7 +31,7 @@ from torch.autograd.function import once_differentiable
 from .lsh import slots
 from .reformer_patterns import MASKED, ChunkRules, DenseRules
 
-__all__ = ["ChunkAttention", "ChunkPlan", "row_norms"]
+__all__ = ["ChunkAttention", "ChunkPlan", "inverse_norms"]
 
 #: score elements computed at once (the blocks are processed in groups of about this size).
 _CHUNK_ELEMENTS = 1 << 20
@@ -176,8 +176,7 @@ class _Slice:
         if not unit:
             torch.mul(source, scale, out=rows)
             return keys, None
-        # a zero row (1/‖·‖ at the dtype's tiny) keeps a finite factor, hence stays zero
-        factor = row_norms(source).reciprocal_().mul_(scale).clamp_max_(torch.finfo(x.dtype).max)
+        factor = inverse_norms(source, scale)  # 0 for a zero row: it stays zero
         torch.mul(source, factor, out=rows)
         return keys, factor
 
@@ -355,10 +354,17 @@ def _softmax(scores: Tensor, out: Tensor) -> Tensor:
     return torch.ops.aten._softmax.out(scores, -1, False, out=out)
 
 
-def row_norms(x: Tensor) -> Tensor:
-    """``‖x‖`` over the last dim, kept as a dim of size 1, at least the dtype's tiny (a zero
-    row stays zero when divided by it); differentiable."""
-    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+def inverse_norms(x: Tensor, scale: float = 1.0) -> Tensor:
+    """``scale/‖x‖`` over the last dim, kept as a dim of size 1 and capped at the dtype's
+    largest value; 0 for a zero row. Differentiable. ``x·inverse_norms(x)`` is the unit row,
+    and a zero row stays zero with a zero gradient (x/‖x‖ has no derivative at 0; the
+    division by a clamped norm would give the row its key's gradient times 1/tiny)."""
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    nonzero = norm > 0
+    # the reciprocal of a safe norm: a reciprocal of 0 would give the masked branch an
+    # infinite derivative, and 0·∞ a NaN gradient
+    inverse = torch.where(nonzero, norm, 1.0).reciprocal().mul(scale)
+    return torch.where(nonzero, inverse.clamp_max(torch.finfo(x.dtype).max), 0.0)
 
 
 def _merge(out: Tensor, lse: Tensor, o_r: Tensor, lse_r: Tensor) -> None:
