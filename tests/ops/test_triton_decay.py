@@ -5,13 +5,16 @@ precision, causality, gradients (the decay rates and weights included) and the r
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
 
 from kattn.functional import decay_linear_attention
-from kattn.ops.triton.decay import decay_linear_attention_triton
+from kattn.ops.triton import decay as decay_module
+from kattn.ops.triton.decay import decay_linear_attention_triton, kernel_backward_fits
 from kattn.positional.decay import DecayBias
 
 from ..helpers import padding_mask
@@ -112,6 +115,39 @@ def test_gradients_are_those_of_the_pytorch_path(causal: bool) -> None:
     assert_same_gradients(kernel, reference, [fq, fk, v, s, la, lg])
 
 
+@pytest.mark.parametrize(
+    ("lq", "lk", "causal"), [(70, 70, True), (29, 52, False)], ids=["causal-70", "cross-29x52"]
+)
+def test_the_kernels_backward_equals_the_pytorch_paths_across_far_apart_offsets(
+    lq: int, lk: int, causal: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gradients come from the kernel's own backward (the PyTorch path, made to raise,
+    is not run), in float64 equal to the PyTorch path's with key log-scales 40 units apart
+    and one rate slow, one fast, over chunks that do not divide the lengths."""
+    fq, fk, v, s = (x.double() for x in kernel_inputs(2, 2, lq, lk, 8, 5, seed=3))
+    s = s * 6.0
+    la, lg = (x.double() for x in _rates(2, 2, seed=4))
+    lg[:, :, 1] = -2.5
+    pad = padding_mask(2, lk, (0, 9)).to(DEVICE)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the backward recomputed the PyTorch path")
+
+    def kernel(fq, fk, v, s, la, lg):
+        with monkeypatch.context() as patched:
+            patched.setattr(decay_module, "decay_linear_attention", refuse)
+            return decay_linear_attention_triton(
+                fq, fk, v, la, lg, causal=causal, k_log_scale=s, key_padding_mask=pad,
+                chunk_size=16,
+            )  # fmt: skip
+
+    def reference(fq, fk, v, s, la, lg):
+        return _ref(fq, fk, v, la, lg, s, pad, causal=causal)
+
+    assert kernel_backward_fits(8, 5)
+    assert_same_gradients(kernel, reference, [fq, fk, v, s, la, lg], tol=1e-9)
+
+
 def test_the_encodings_rates_get_gradients() -> None:
     bias = DecayBias(num_heads=2, decay_terms=2).to(DEVICE)
     fq, fk, v, s = kernel_inputs(1, 2, 24, 24, 8, 4)
@@ -120,14 +156,15 @@ def test_the_encodings_rates_get_gradients() -> None:
     )
     out.square().sum().backward()
     got = [p.grad.clone() for p in (bias.log_alpha, bias.decay_logit)]
-    bias.zero_grad()
+    exact = copy.deepcopy(bias).cpu().double()  # the PyTorch path in float64
     ref = decay_linear_attention(
-        fq, fk, v, bias.log_alpha, bias.log_gamma(), causal=True, k_log_scale=s
-    )
+        *(on_cpu64(x) for x in (fq, fk, v)), exact.log_alpha, exact.log_gamma(),
+        causal=True, k_log_scale=on_cpu64(s),
+    )  # fmt: skip
     ref.square().sum().backward()
-    for g, p in zip(got, (bias.log_alpha, bias.decay_logit), strict=True):
+    for g, p in zip(got, (exact.log_alpha, exact.decay_logit), strict=True):
         assert g[:, 0].abs().sum() > 0  # the past terms' parameters are trained
-        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(g.cpu().double(), p.grad, rtol=1e-4, atol=1e-5)
 
 
 def test_refusals() -> None:

@@ -133,6 +133,14 @@ def _run_every_kernel(dtype: torch.dtype) -> None:
         )
         band = torch.zeros(2, 7)
         banded_linear_attention_triton(fq, fk, v, band, 3, k_log_scale=s, chunk_size=CHUNK)
+    # the decay kernel's own backward, where it runs: its dq and dk scans sum (Dv + 1) × M
+    for cols in (dv, dv // 2):
+        log_gamma = torch.tensor([[-0.1, -0.5]]).expand(2, 2, 2).requires_grad_()
+        out = decay_linear_attention_triton(
+            fq, fk, v[..., :cols], torch.zeros(2, 2, 2), log_gamma, k_log_scale=s,
+            chunk_size=CHUNK,
+        )  # fmt: skip
+        out.float().sum().backward()
 
 
 def _compiled(launches: list[dict], targets: list[int]) -> list[list[list[int]]]:

@@ -11,15 +11,21 @@ offset at the chunk's start) for the tokens before it, then the chunk folded int
 
 The R terms (and, non-causal, the future side: the same kernel on the reversed sequence, keys
 shifted by one so that ``j > i``) are combined outside the kernel in log space, as the PyTorch
-path does. Gradients are those of the PyTorch path, recomputed in backward (exact, not fast).
+path does. Gradients come from three more runs of the same kernel (:class:`DecayedSums`);
+beyond the state sizes those fit (:func:`kernel_backward_fits`), and for a backward with
+``create_graph=True``, they are those of the PyTorch path, recomputed in backward.
 Inputs may be fp16, bf16, fp32 or fp64; sums are fp32 (fp64 for fp64 inputs); the output has
 the dtype of ``v``.
 """
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ...functional.decay import decay_linear_attention
 from ...functional.numerics import (
@@ -34,6 +40,7 @@ from .common import (
     NO_OFFSET,
     SCAN_STAGES,
     acc_type,
+    block,
     check_chunk,
     checked_inputs,
     dot_precision,
@@ -44,7 +51,12 @@ from .common import (
 )
 from .recompute import kernel_with_reference_grad
 
-__all__ = ["decay_linear_attention_triton", "decayed_causal_sums_triton"]
+__all__ = [
+    "DecayedSums",
+    "decay_linear_attention_triton",
+    "decayed_causal_sums_triton",
+    "kernel_backward_fits",
+]
 
 #: tokens per chunk of the kernel.
 DEFAULT_CHUNK = 32
@@ -111,7 +123,13 @@ def _decayed_causal_sums(
 
 
 def decayed_causal_sums_triton(
-    fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, log_decay: Tensor, chunk: int
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    log_decay: Tensor,
+    chunk: int,
+    products_of: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The decayed causal sums of the module docstring, one set per head and term.
 
@@ -120,6 +138,8 @@ def decayed_causal_sums_triton(
         s: ``(B, H, L)`` key log-scales (padding at the floor), or None for 0.
         log_decay: ``(H, R)`` log-decays ``log γ <= 0`` (zeros: no decay).
         chunk: tokens per chunk, a power of two from 16 to 128.
+        products_of: the dtype whose ``tl.dot`` precision the products take (None: v's; the
+            backward's fp32 operands of half inputs keep the half inputs' TF32 products).
 
     Returns:
         ``num (B, H, R, L, Dv)``, ``den (B, H, R, L)`` and the offsets ``r (B, H, R, L)``,
@@ -140,9 +160,119 @@ def decayed_causal_sums_triton(
     _decayed_causal_sums[(b * h, r)](
         fq, fk, v, s_arg, g, num, den, off, length, m, dv, h, r, NO_OFFSET,
         HAS_S=s is not None, C=c, BM=block_m, BDV=block_v,
-        PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype), num_stages=SCAN_STAGES,
+        PRECISION=dot_precision(products_of or v.dtype), ACC=acc_type(v.dtype),
+        num_stages=SCAN_STAGES,
     )  # fmt: skip
     return num, den, off
+
+
+#: the largest state (rows × columns of a scan's running sum) the backward's scans take: the
+#: forward's at M = 256 features and Dv = 128 value columns, which fits sm_80's shared memory.
+_MAX_STATE = 256 * 128
+
+
+def kernel_backward_fits(m: int, dv: int) -> bool:
+    """Whether the backward's scans over ``m`` features and ``dv`` value columns hold a
+    state the forward's checked sizes hold (the ``dq`` and ``dk`` scans sum
+    ``(Dv + 1) × M``); larger calls take the PyTorch path's gradients."""
+    return block(dv + 1) * block(m) <= _MAX_STATE and block(m) * block(dv) <= _MAX_STATE
+
+
+class DecayedSums(torch.autograd.Function):
+    """:func:`decayed_causal_sums_triton` differentiated by three more runs of the same
+    kernel, with no PyTorch recomputation: ``(num, den, off)`` from ``(fq, fk, v, s or None,
+    log_decay (H, R), chunk)``; ``off`` is not differentiable.
+
+    Per (batch, head, term), the sums are ``num_i = Σ_{j<=i} W_ij (φ(q_i)·φ(k_j)) v_j`` and
+    ``den_i = Σ_{j<=i} W_ij (φ(q_i)·φ(k_j))`` with ``W_ij = exp(s_j + (i−j)·log γ − r_i)``. The
+    offsets ``r_i`` cancel in the attention's output (it reads ``num·e^r`` and ``den·e^r``), so
+    they are held fixed: the gradient with them fixed is the whole gradient. With
+    ``a_ij = dnum_i·v_j + dden_i`` and ``A_ij = W_ij (φ(q_i)·φ(k_j))``:
+
+    - ``dq_i = Σ_{j<=i} W_ij ([dnum_i, dden_i]·[v_j, 1]) φ(k_j)``: the kernel's causal sum with
+      queries ``[dnum, dden]``, keys ``[v, 1]`` and values ``φ(k)``, whose offsets are the
+      forward's (they depend on ``s`` and ``γ`` alone);
+    - ``dv_j = Σ_{i>=j} W_ij (φ(k_j)·φ(q_i)) dnum_i`` and ``dk_j = Σ_{i>=j} W_ij a_ij φ(q_i)``: the
+      kernel on the reversed sequence, the summed index i carrying the log-scale ``−r_i``; it
+      returns them in units of its own offsets ``r'_j``, and ``s_j + r'_j <= 0`` (as ``r_i >= s_j
+      + (i−j)·log γ``), so the factor ``exp(s_j + r'_j)`` that restores them never overflows;
+    - ``ds_j = Σ_i A_ij a_ij = φ(k_j)·dk_j`` and ``d log γ = Σ_ij (i−j) A_ij a_ij = Σ_i (i−c)
+      φ(q_i)·dq_i − Σ_j (j−c) φ(k_j)·dk_j`` (any c; the middle of the sequence).
+
+    The terms run as heads of their own, ``(B, H·R)``, since each has its own queries in the
+    backward. Sums in fp32 (fp64 for fp64 inputs), products at the forward's precision.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, fq: Tensor, fk: Tensor, v: Tensor, s: Tensor | None, log_decay: Tensor, chunk: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        num, den, off = decayed_causal_sums_triton(fq, fk, v, s, log_decay, chunk)
+        ctx.save_for_backward(fq, fk, v, s, log_decay, off)
+        ctx.chunk = chunk
+        ctx.mark_non_differentiable(off)
+        return num, den, off
+
+    @staticmethod
+    @once_differentiable
+    def backward(
+        ctx: Any, d_num: Tensor, d_den: Tensor, _d_off: Tensor | None
+    ) -> tuple[Tensor | None, ...]:
+        fq, fk, v, s, log_decay, off = ctx.saved_tensors
+        b, h, length = fq.shape[:3]
+        rounds = log_decay.shape[-1]
+        acc = accumulation_dtype(v.dtype)
+
+        def per_term(x: Tensor) -> Tensor:  # (B, H, L, ·) → (B, H·R, L, ·), each term a head
+            x = x.to(acc).unsqueeze(2).expand(b, h, rounds, *x.shape[2:])
+            return x.reshape(b, h * rounds, *x.shape[3:]).contiguous()
+
+        def flip(x: Tensor) -> Tensor:
+            return x.flip(2).contiguous()
+
+        g = log_decay.to(acc).reshape(h * rounds, 1)
+        chunk = ctx.chunk
+        # queries [dnum, dden] and keys [v, 1]: a_ij = their product
+        d_query = torch.cat([d_num, d_den[..., None]], dim=-1).to(acc)
+        d_query = d_query.reshape(b, h * rounds, length, -1)
+        ones = torch.ones(b, h, length, 1, dtype=acc, device=v.device)
+        v1 = per_term(torch.cat([v.to(acc), ones], dim=-1))
+        fq_t, fk_t = per_term(fq), per_term(fk)
+        s_t = None if s is None else per_term(s)
+        dq_t = decayed_causal_sums_triton(d_query, v1, fk_t, s_t, g, chunk, v.dtype)[0][:, :, 0]
+        # the reversed scans: keys are the queries, with the log-scales −r_i
+        s_back = flip(off.to(acc).neg().reshape(b, h * rounds, length))
+        dv_num, _, back_off = decayed_causal_sums_triton(
+            flip(fk_t), flip(fq_t), flip(d_num.to(acc).reshape(b, h * rounds, length, -1)),
+            s_back, g, chunk, v.dtype,
+        )  # fmt: skip
+        dk_num = decayed_causal_sums_triton(
+            flip(v1), flip(d_query), flip(fq_t), s_back, g, chunk, v.dtype
+        )[0]
+        restore = back_off[:, :, 0].flip(2)  # r'_j, back in order
+        if s_t is not None:
+            restore = restore + s_t
+        restore = restore.exp_()[..., None]  # exp(s_j + r'_j) <= 1
+        dv_t = dv_num[:, :, 0].flip(2) * restore
+        dk_t = dk_num[:, :, 0].flip(2) * restore
+        # ds_j per term, and d log γ from the lags, centred for a smaller cancellation
+        ds_t = (fk_t * dk_t).sum(dim=-1)  # (B, H·R, L)
+        centre = torch.arange(length, dtype=acc, device=v.device) - (length - 1) / 2
+        d_log = ((fq_t * dq_t).sum(dim=-1) - ds_t) * centre
+        d_gamma = d_log.sum(dim=(0, 2)).view(h, rounds)
+
+        def summed(x: Tensor) -> Tensor:  # (B, H·R, L, ·) → (B, H, L, ·): the terms added
+            return x.view(b, h, rounds, *x.shape[2:]).sum(dim=2)
+
+        need = ctx.needs_input_grad
+        return (
+            summed(dq_t).to(fq.dtype) if need[0] else None,
+            summed(dk_t).to(fk.dtype) if need[1] else None,
+            summed(dv_t).to(v.dtype) if need[2] else None,
+            summed(ds_t).to(s.dtype) if s is not None and need[3] else None,
+            d_gamma.to(log_decay.dtype) if need[4] else None,
+            None,
+        )
 
 
 def _decay_forward(
@@ -157,20 +287,21 @@ def _decay_forward(
     causal: bool,
     eps: float,
     chunk: int,
+    kernel_grad: bool = False,
 ) -> Tensor:
+    """The kernel's result; differentiable by :class:`DecayedSums` when ``kernel_grad``."""
+    sums = DecayedSums.apply if kernel_grad else decayed_causal_sums_triton
     fk, vals, s = masked_keys(phi_k, v, k_log_scale, key_padding_mask)
     lq = phi_q.shape[2]
     # the recurrences run over positions: the shorter side padded
     fq, fk, vals, s = one_length(phi_q, fk, vals, s)
     acc = accumulation_dtype(v.dtype)
     log_alpha, log_gamma = log_alpha.to(acc), log_gamma.to(acc)
-    parts = [(decayed_causal_sums_triton(fq, fk, vals, s, log_gamma[:, 0], chunk), 0)]
+    parts = [(sums(fq, fk, vals, s, log_gamma[:, 0], chunk), 0)]
     if not causal:  # the future side: reversed, keys shifted by one so that j > i strictly
         back = [delayed(x.flip(2), 1) for x in (fk, vals)]
         s_back = None if s is None else delayed(s.flip(2), 1, log_floor(s.dtype))
-        num, den, off = decayed_causal_sums_triton(
-            fq.flip(2), back[0], back[1], s_back, log_gamma[:, 1], chunk
-        )
+        num, den, off = sums(fq.flip(2), back[0], back[1], s_back, log_gamma[:, 1], chunk)
         parts.append(((num.flip(3), den.flip(3), off.flip(3)), 1))
     nums, dens, log_ws = [], [], []
     for (num, den, off), side in parts:
@@ -213,7 +344,9 @@ def decay_linear_attention_triton(
         chunk_size: tokens per chunk, a power of two from 16 to 128.
 
     Returns:
-        ``(B, H, Lq, Dv)`` in the dtype of ``v``; gradients those of the PyTorch path.
+        ``(B, H, Lq, Dv)`` in the dtype of ``v``; gradients by the kernel
+        (:class:`DecayedSums`) where :func:`kernel_backward_fits`, else, and for a backward
+        with ``create_graph=True``, those of the PyTorch path.
 
     Raises:
         ValueError: CPU tensors outside Triton's interpreter, mismatched shapes or
@@ -233,7 +366,9 @@ def decay_linear_attention_triton(
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={phi_k.shape[2]}")
     tensors = dict(phi_q=phi_q, phi_k=phi_k, v=v, log_alpha=log_alpha, log_gamma=log_gamma,
                    k_log_scale=s, key_padding_mask=key_padding_mask)  # fmt: skip
+    fits = kernel_backward_fits(phi_q.shape[-1], v.shape[-1])
     return kernel_with_reference_grad(
         _decay_forward, decay_linear_attention, tensors,
         options=dict(causal=causal, eps=float(eps)), kernel_options=dict(chunk=int(chunk_size)),
+        differentiable=partial(_decay_forward, kernel_grad=True) if fits else None,
     )  # fmt: skip

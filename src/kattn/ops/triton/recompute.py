@@ -1,6 +1,7 @@
 """A forward by a kernel whose gradients are those of the PyTorch path, recomputed in backward:
-how the relative-position kernels (decay, banded, blocked Toeplitz) are differentiable, and how
-the linear kernels take a backward with ``create_graph=True``."""
+how the relative-position kernels (banded, blocked Toeplitz, and decay beyond the sizes of its
+own backward or under ``create_graph=True``) are differentiable, and how the linear kernels
+take a backward with ``create_graph=True``."""
 
 from __future__ import annotations
 
@@ -60,28 +61,36 @@ def linear_reference_grads(
 class _KernelForward(torch.autograd.Function):
     """``kernel(**tensors, **options, **kernel_options)`` forward; backward differentiates
     ``reference(**tensors, **options)`` recomputed from the saved inputs (exact gradients,
-    the PyTorch path's memory and time)."""
+    the PyTorch path's memory and time), or, when given and the backward builds no graph,
+    ``differentiable(**tensors, **options, **kernel_options)``: the kernel's result again,
+    differentiated by kernels of its own."""
 
     @staticmethod
     def forward(
         ctx: Any,
         kernel: Callable[..., Tensor],
         reference: Callable[..., Tensor],
+        differentiable: Callable[..., Tensor] | None,
         names: tuple[str, ...],
         options: dict[str, Any],
         kernel_options: dict[str, Any],
         *tensors: Tensor | None,
     ) -> Tensor:
-        ctx.reference, ctx.names, ctx.options = reference, names, options
+        ctx.reference, ctx.differentiable = reference, differentiable
+        ctx.names, ctx.options, ctx.kernel_options = names, options, kernel_options
         ctx.save_for_backward(*tensors)
         return kernel(**dict(zip(names, tensors, strict=True)), **options, **kernel_options)
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
         saved = dict(zip(ctx.names, ctx.saved_tensors, strict=True))
-        wanted = tuple(ctx.needs_input_grad[5:])
-        grads = reference_grads(ctx.reference, saved, wanted, grad, ctx.options)
-        return (None, None, None, None, None, *grads)
+        wanted = tuple(ctx.needs_input_grad[6:])
+        if ctx.differentiable is not None and not torch.is_grad_enabled():
+            options = {**ctx.options, **ctx.kernel_options}
+            grads = reference_grads(ctx.differentiable, saved, wanted, grad, options)
+        else:  # a graph of the gradients (create_graph=True): the PyTorch path's
+            grads = reference_grads(ctx.reference, saved, wanted, grad, ctx.options)
+        return (None, None, None, None, None, None, *grads)
 
 
 def kernel_with_reference_grad(
@@ -91,12 +100,15 @@ def kernel_with_reference_grad(
     *,
     options: dict[str, Any],
     kernel_options: dict[str, Any],
+    differentiable: Callable[..., Tensor] | None = None,
 ) -> Tensor:
     """``kernel(**tensors, **options, **kernel_options)``, differentiable as
     ``reference(**tensors, **options)`` (the PyTorch path; ``kernel_options`` such as a chunk
-    size are the kernel's alone)."""
+    size are the kernel's alone). ``differentiable``: the same result by kernels that have a
+    backward of their own, which a backward without ``create_graph`` differentiates instead
+    (recomputing the forward once, not the PyTorch path)."""
     names = tuple(tensors)
     out: Tensor = _KernelForward.apply(
-        kernel, reference, names, options, kernel_options, *tensors.values()
+        kernel, reference, differentiable, names, options, kernel_options, *tensors.values()
     )
     return out
