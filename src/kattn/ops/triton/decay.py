@@ -242,13 +242,11 @@ class DecayedSums(torch.autograd.Function):
         dq_t = decayed_causal_sums_triton(d_query, v1, fk_t, s_t, g, chunk, v.dtype)[0][:, :, 0]
         # the reversed scans: keys are the queries, with the log-scales −r_i
         s_back = flip(off.to(acc).neg().reshape(b, h * rounds, length))
+        fq_back, d_back = flip(fq_t), flip(d_query)  # d_back's last column: dden
         dv_num, _, back_off = decayed_causal_sums_triton(
-            flip(fk_t), flip(fq_t), flip(d_num.to(acc).reshape(b, h * rounds, length, -1)),
-            s_back, g, chunk, v.dtype,
-        )  # fmt: skip
-        dk_num = decayed_causal_sums_triton(
-            flip(v1), flip(d_query), flip(fq_t), s_back, g, chunk, v.dtype
-        )[0]
+            flip(fk_t), fq_back, d_back[..., :-1], s_back, g, chunk, v.dtype
+        )
+        dk_num = decayed_causal_sums_triton(flip(v1), d_back, fq_back, s_back, g, chunk, v.dtype)[0]
         restore = back_off[:, :, 0].flip(2)  # r'_j, back in order
         if s_t is not None:
             restore = restore + s_t
