@@ -174,3 +174,23 @@ def test_decay_without_log_scales(lq, lk, causal):
     coeff = toeplitz_dense(decay_log_coefficients(log_alpha, log_gamma, lq, lk).exp(), lq, lk)
     zero = torch.zeros(B, H, lk, dtype=torch.float64)
     check(out, reference(fq, fk, v, zero, coeff, causal=causal, mask=mask), fq, fk, v)
+
+
+def test_decay_gradients_hold_where_the_normaliser_guard_holds():
+    """Queries whose keys all lie many fast-decay steps away (Lq > Lk, γ = e^−2, e^−2.5): their
+    normaliser falls under the guard eps, where the log-space shift of the terms no longer
+    cancels; the gradients (the rates' included) still match finite differences of the
+    forward, so the shift is differentiated, not detached."""
+    g = torch.Generator().manual_seed(11)
+    fq, fk, v, _ = inputs(30, 12)
+    log_alpha = torch.randn(1, 2, 2, generator=g, dtype=torch.float64).expand(H, 2, 2)
+    log_gamma = torch.tensor([-2.0, -2.5], dtype=torch.float64).expand(H, 2, 2).clone()
+    mask = mask_for(12, (3, 0))
+
+    def attend(log_alpha, log_gamma, v):
+        return decay_linear_attention(
+            fq, fk, v, log_alpha, log_gamma, key_padding_mask=mask, chunk_size=4
+        )
+
+    inputs_ = (log_alpha.clone().requires_grad_(), log_gamma.requires_grad_(), v.requires_grad_())
+    assert torch.autograd.gradcheck(attend, inputs_, eps=1e-6, atol=1e-6, rtol=1e-5)

@@ -45,7 +45,7 @@ def decay_log_coefficients(log_alpha: Tensor, log_gamma: Tensor, lq: int, lk: in
     return torch.logsumexp(terms, dim=-1)
 
 
-def _repeat_terms(x: Tensor, r: int) -> Tensor:
+def repeat_terms(x: Tensor, r: int) -> Tensor:
     """``(B, H, ...) → (B, H·R, ...)``, each head repeated for its R terms."""
     b, h = x.shape[:2]
     return x.unsqueeze(2).expand(b, h, r, *x.shape[2:]).reshape(b, h * r, *x.shape[2:])
@@ -96,11 +96,11 @@ def decay_linear_attention(
             scales.append(delayed(s.flip(2), 1, log_floor(s.dtype)))
     n_sides = len(sides)
     q_all, k_all, v_all = (
-        torch.cat([_repeat_terms(side[i], r) for side in sides], dim=1) for i in range(3)
+        torch.cat([repeat_terms(side[i], r) for side in sides], dim=1) for i in range(3)
     )
     s_all = None
     if s is not None:
-        s_all = torch.cat([_repeat_terms(x, r) for x in scales if x is not None], dim=1)
+        s_all = torch.cat([repeat_terms(x, r) for x in scales if x is not None], dim=1)
     decays = log_gamma[:, :n_sides].transpose(0, 1).reshape(1, -1)  # (1, sides·H·R)
     num, den, offsets, _ = causal_linear_sums(
         q_all,
@@ -120,7 +120,8 @@ def decay_linear_attention(
     # the future side's query i reads keys from i+1: one more decay step (γ) in its weight
     log_weight = log_alpha[:, :n_sides] + F.pad(log_gamma[:, 1:n_sides], (0, 0, 1, 0))
     log_w = offsets + log_weight.transpose(0, 1)[None, ..., None, None]
-    w = torch.exp(log_w - log_w.detach().amax(dim=(1, 3), keepdim=True))  # shift: it cancels
+    # the shift cancels in num/den, but not where the normaliser guard holds: not detached
+    w = torch.exp(log_w - log_w.amax(dim=(1, 3), keepdim=True))
     num, den = ((x * w).sum(dim=(1, 3))[:, :, :lq] for x in (num, den))
     return (num / guard_normaliser(den, eps)).to(v.dtype)
 
@@ -217,10 +218,10 @@ def _past_terms(
             f"state holds {state.kv.shape[1]} rows, expected heads × terms = {h} × {r}"
         )
     rows = (
-        _repeat_terms(fq, r),
-        _repeat_terms(fk, r),
-        _repeat_terms(v, r),
-        None if s is None else _repeat_terms(s, r),
+        repeat_terms(fq, r),
+        repeat_terms(fk, r),
+        repeat_terms(v, r),
+        None if s is None else repeat_terms(s, r),
     )
     return rows, log_gamma[:, 0].to(fq.dtype).reshape(1, h * r)
 
@@ -230,11 +231,12 @@ def _combine_past_terms(
 ) -> Tensor:
     """``Σ_r α_r num_r / Σ_r α_r den_r`` ``(B, H, L, Dv)`` from the past terms' sums ``num (B,
     H·R, L, Dv)`` and ``den (B, H·R, L, 1)``, each in units of its own offset ``(B, H·R, L)``:
-    weighted in log space, shifted by the largest weight (the shift cancels)."""
+    weighted in log space, shifted by the largest weight (which cancels in the ratio, though
+    not where the normaliser guard holds: it is not detached)."""
     b, rows, length = offsets.shape
     r = log_alpha.shape[-1]
     h = rows // r
     log_w = log_alpha[:, 0].to(num.dtype)[None, :, :, None] + offsets.view(b, h, r, length)
-    w = torch.exp(log_w - log_w.detach().amax(dim=2, keepdim=True))[..., None]
+    w = torch.exp(log_w - log_w.amax(dim=2, keepdim=True))[..., None]
     num, den = ((x.view(b, h, r, length, -1) * w).sum(dim=2) for x in (num, den))
     return num / guard_normaliser(den, eps)
