@@ -115,20 +115,8 @@ def test_gradients_are_those_of_the_pytorch_path(causal: bool) -> None:
     assert_same_gradients(kernel, reference, [fq, fk, v, s, la, lg])
 
 
-@pytest.mark.parametrize(
-    ("lq", "lk", "causal"), [(70, 70, True), (29, 52, False)], ids=["causal-70", "cross-29x52"]
-)
-def test_the_kernels_backward_equals_the_pytorch_paths_across_far_apart_offsets(
-    lq: int, lk: int, causal: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The gradients come from the kernel's own backward (the PyTorch path, made to raise,
-    is not run), in float64 equal to the PyTorch path's with key log-scales 40 units apart
-    and one rate slow, one fast, over chunks that do not divide the lengths."""
-    fq, fk, v, s = (x.double() for x in kernel_inputs(2, 2, lq, lk, 8, 5, seed=3))
-    s = s * 6.0
-    la, lg = (x.double() for x in _rates(2, 2, seed=4))
-    lg[:, :, 1] = -2.5
-    pad = padding_mask(2, lk, (0, 9)).to(DEVICE)
+def _refusing_kernel(monkeypatch: pytest.MonkeyPatch, **options):
+    """The kernel with the PyTorch path made to raise: its gradients must be the kernel's."""
 
     def refuse(*args, **kwargs):
         raise AssertionError("the backward recomputed the PyTorch path")
@@ -136,16 +124,82 @@ def test_the_kernels_backward_equals_the_pytorch_paths_across_far_apart_offsets(
     def kernel(fq, fk, v, s, la, lg):
         with monkeypatch.context() as patched:
             patched.setattr(decay_module, "decay_linear_attention", refuse)
-            return decay_linear_attention_triton(
-                fq, fk, v, la, lg, causal=causal, k_log_scale=s, key_padding_mask=pad,
-                chunk_size=16,
-            )  # fmt: skip
+            return decay_linear_attention_triton(fq, fk, v, la, lg, k_log_scale=s, **options)
+
+    return kernel
+
+
+@pytest.mark.parametrize(
+    ("lq", "lk", "causal", "scaled"),
+    [(70, 70, True, True), (29, 52, False, True), (41, 23, False, False)],
+    ids=["causal-70", "cross-29x52", "cross-41x23-unscaled"],
+)
+def test_the_kernels_backward_equals_the_pytorch_paths_across_far_apart_offsets(
+    lq: int, lk: int, causal: bool, scaled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gradients come from the kernel's own backward (the PyTorch path, made to raise,
+    is not run), in float64 equal to the PyTorch path's with key log-scales 40 units apart
+    (or none) and one rate slow, one fast, over chunks that do not divide the lengths."""
+    fq, fk, v, s = (x.double() for x in kernel_inputs(2, 2, lq, lk, 8, 5, seed=3))
+    s = s * 6.0 if scaled else None
+    la, lg = (x.double() for x in _rates(2, 2, seed=4))
+    lg[:, :, 1] = -2.5
+    pad = padding_mask(2, lk, (0, 9)).to(DEVICE)
+    kernel = _refusing_kernel(monkeypatch, causal=causal, key_padding_mask=pad, chunk_size=16)
 
     def reference(fq, fk, v, s, la, lg):
         return _ref(fq, fk, v, la, lg, s, pad, causal=causal)
 
     assert kernel_backward_fits(8, 5)
-    assert_same_gradients(kernel, reference, [fq, fk, v, s, la, lg], tol=1e-9)
+    if s is None:
+        inputs = [fq, fk, v, la, lg]
+        assert_same_gradients(
+            lambda fq, fk, v, la, lg: kernel(fq, fk, v, None, la, lg),
+            lambda fq, fk, v, la, lg: reference(fq, fk, v, None, la, lg),
+            inputs,
+            tol=1e-9,
+        )
+    else:
+        assert_same_gradients(kernel, reference, [fq, fk, v, s, la, lg], tol=1e-9)
+
+
+@pytest.mark.parametrize("wanted", [0, 2, 4], ids=["q", "v", "rates"])
+def test_a_gradient_of_one_input_alone_equals_the_pytorch_paths(
+    wanted: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backward runs only the scans a wanted gradient needs (here one input's)."""
+    fq, fk, v, s = (x.double() for x in kernel_inputs(1, 2, 37, 37, 8, 4, seed=6))
+    la, lg = (x.double() for x in _rates(2, 2, seed=7))
+    inputs = [fq, fk, v, s, lg]
+    leaf = inputs[wanted].detach().requires_grad_()
+    inputs[wanted] = leaf
+    kernel = _refusing_kernel(monkeypatch, causal=False, chunk_size=16)
+    g = torch.Generator().manual_seed(8)
+    weight = torch.randn(1, 2, 37, 4, generator=g, dtype=torch.float64).to(DEVICE)
+    (got,) = torch.autograd.grad((kernel(*inputs[:4], la, inputs[4]) * weight).sum(), leaf)
+    cpu = on_cpu64(leaf.detach()).requires_grad_()
+    ref_inputs = [on_cpu64(x.detach()) for x in inputs]
+    ref_inputs[wanted] = cpu
+    out = _ref(*ref_inputs[:3], on_cpu64(la), ref_inputs[4], ref_inputs[3], causal=False)
+    (want,) = torch.autograd.grad((out * weight.cpu()).sum(), cpu)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_kernels_backward_of_half_inputs_is_close_to_the_exact_gradients(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half inputs: the kernel's backward (fp32 sums, the half inputs' product precision)
+    close to the float64 gradients of the same rounded inputs."""
+    fq, fk, v, s = kernel_inputs(1, 2, 40, 40, 16, 16, seed=9)
+    fq, fk, v = (x.to(dtype) for x in (fq, fk, v))
+    la, lg = _rates(2, 2, seed=10)
+    kernel = _refusing_kernel(monkeypatch, causal=True)
+
+    def reference(fq, fk, v, s, la, lg):
+        return _ref(fq, fk, v, la, lg, s, causal=True)
+
+    assert_same_gradients(kernel, reference, [fq, fk, v, s, la, lg], tol=3e-2)
 
 
 def test_the_encodings_rates_get_gradients() -> None:

@@ -133,12 +133,13 @@ def _run_every_kernel(dtype: torch.dtype) -> None:
         )
         band = torch.zeros(2, 7)
         banded_linear_attention_triton(fq, fk, v, band, 3, k_log_scale=s, chunk_size=CHUNK)
-    # the decay kernel's own backward, where it runs: its dq and dk scans sum (Dv + 1) × M
-    for cols in (dv, dv // 2):
+    # the decay kernel's own backward at the largest sizes it runs at: its dq and dk scans
+    # sum (Dv + 1) × M, so Dv or M is halved where the state would outgrow the forward's
+    for features, cols in ((m, dv), (m, dv // 2), (m // 2, dv)):
         log_gamma = torch.tensor([[-0.1, -0.5]]).expand(2, 2, 2).requires_grad_()
         out = decay_linear_attention_triton(
-            fq, fk, v[..., :cols], torch.zeros(2, 2, 2), log_gamma, k_log_scale=s,
-            chunk_size=CHUNK,
+            fq[..., :features], fk[..., :features], v[..., :cols], torch.zeros(2, 2, 2),
+            log_gamma, k_log_scale=s, chunk_size=CHUNK,
         )  # fmt: skip
         out.float().sum().backward()
 

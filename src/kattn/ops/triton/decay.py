@@ -11,7 +11,7 @@ offset at the chunk's start) for the tokens before it, then the chunk folded int
 
 The R terms (and, non-causal, the future side: the same kernel on the reversed sequence, keys
 shifted by one so that ``j > i``) are combined outside the kernel in log space, as the PyTorch
-path does. Gradients come from three more runs of the same kernel (:class:`DecayedSums`);
+path does. Gradients come from up to three more runs of the same kernel (:class:`DecayedSums`);
 beyond the state sizes those fit (:func:`kernel_backward_fits`), and for a backward with
 ``create_graph=True``, they are those of the PyTorch path, recomputed in backward.
 Inputs may be fp16, bf16, fp32 or fp64; sums are fp32 (fp64 for fp64 inputs); the output has
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ...functional.decay import decay_linear_attention
+from ...functional.decay import decay_linear_attention, repeat_terms
 from ...functional.numerics import (
     DEFAULT_EPS,
     accumulation_dtype,
@@ -49,6 +49,7 @@ from .common import (
     tl,
     triton,
 )
+from .dispatch import MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
 from .recompute import kernel_with_reference_grad
 
 __all__ = [
@@ -166,20 +167,18 @@ def decayed_causal_sums_triton(
     return num, den, off
 
 
-#: the largest state (rows × columns of a scan's running sum) the backward's scans take: the
-#: forward's at M = 256 features and Dv = 128 value columns, which fits sm_80's shared memory.
-_MAX_STATE = 256 * 128
-
-
 def kernel_backward_fits(m: int, dv: int) -> bool:
-    """Whether the backward's scans over ``m`` features and ``dv`` value columns hold a
-    state the forward's checked sizes hold (the ``dq`` and ``dk`` scans sum
-    ``(Dv + 1) × M``); larger calls take the PyTorch path's gradients."""
-    return block(dv + 1) * block(m) <= _MAX_STATE and block(m) * block(dv) <= _MAX_STATE
+    """Whether the backward's scans over ``m`` features and ``dv`` value columns run by the
+    kernel: their largest state, ``(Dv + 1) × M`` (the ``dq`` and ``dk`` scans), is at most
+    the forward's largest checked one (:data:`~kattn.ops.triton.dispatch.MAX_KERNEL_FEATURES`
+    × :data:`~kattn.ops.triton.dispatch.MAX_KERNEL_VALUES`); the launches are compiled for
+    sm_80 and sm_90 by ``tests/ops/test_triton_shared_memory.py``, fp64 included. Larger
+    calls take the PyTorch path's gradients."""
+    return block(dv + 1) * block(m) <= MAX_KERNEL_FEATURES * MAX_KERNEL_VALUES
 
 
 class DecayedSums(torch.autograd.Function):
-    """:func:`decayed_causal_sums_triton` differentiated by three more runs of the same
+    """:func:`decayed_causal_sums_triton` differentiated by up to three more runs of the same
     kernel, with no PyTorch recomputation: ``(num, den, off)`` from ``(fq, fk, v, s or None,
     log_decay (H, R), chunk)``; ``off`` is not differentiable.
 
@@ -219,56 +218,70 @@ class DecayedSums(torch.autograd.Function):
         ctx: Any, d_num: Tensor, d_den: Tensor, _d_off: Tensor | None
     ) -> tuple[Tensor | None, ...]:
         fq, fk, v, s, log_decay, off = ctx.saved_tensors
+        need_q, need_k, need_v, need_s, need_g = ctx.needs_input_grad[:5]
         b, h, length = fq.shape[:3]
         rounds = log_decay.shape[-1]
         acc = accumulation_dtype(v.dtype)
 
-        def per_term(x: Tensor) -> Tensor:  # (B, H, L, ·) → (B, H·R, L, ·), each term a head
-            x = x.to(acc).unsqueeze(2).expand(b, h, rounds, *x.shape[2:])
-            return x.reshape(b, h * rounds, *x.shape[3:]).contiguous()
+        def scan(
+            queries: Tensor, keys: Tensor, values: Tensor, scales: Tensor | None
+        ) -> tuple[Tensor, Tensor]:  # (sums, offsets) per term, (B, H·R, L, ·)
+            num, _, offsets = decayed_causal_sums_triton(
+                queries, keys, values, scales, g, ctx.chunk, v.dtype
+            )
+            return num[:, :, 0], offsets[:, :, 0]
 
-        def flip(x: Tensor) -> Tensor:
-            return x.flip(2).contiguous()
+        def per_term(x: Tensor) -> Tensor:  # (B, H, L, ·) → (B, H·R, L, ·): a head per term
+            return repeat_terms(x.to(acc), rounds)
 
         g = log_decay.to(acc).reshape(h * rounds, 1)
-        chunk = ctx.chunk
-        # queries [dnum, dden] and keys [v, 1]: a_ij = their product
+        # queries [dnum, dden] and keys [v, 1]: a_ij is their product
         d_query = torch.cat([d_num, d_den[..., None]], dim=-1).to(acc)
         d_query = d_query.reshape(b, h * rounds, length, -1)
-        ones = torch.ones(b, h, length, 1, dtype=acc, device=v.device)
-        v1 = per_term(torch.cat([v.to(acc), ones], dim=-1))
-        fq_t, fk_t = per_term(fq), per_term(fk)
+        v1 = torch.cat([v.to(acc), v.new_ones(b, h, length, 1, dtype=acc)], dim=-1)
         s_t = None if s is None else per_term(s)
-        dq_t = decayed_causal_sums_triton(d_query, v1, fk_t, s_t, g, chunk, v.dtype)[0][:, :, 0]
-        # the reversed scans: keys are the queries, with the log-scales −r_i
-        s_back = flip(off.to(acc).neg().reshape(b, h * rounds, length))
-        fq_back, d_back = flip(fq_t), flip(d_query)  # d_back's last column: dden
-        dv_num, _, back_off = decayed_causal_sums_triton(
-            flip(fk_t), fq_back, d_back[..., :-1], s_back, g, chunk, v.dtype
-        )
-        dk_num = decayed_causal_sums_triton(flip(v1), d_back, fq_back, s_back, g, chunk, v.dtype)[0]
-        restore = back_off[:, :, 0].flip(2)  # r'_j, back in order
-        if s_t is not None:
-            restore = restore + s_t
-        restore = restore.exp_()[..., None]  # exp(s_j + r'_j) <= 1
-        dv_t = dv_num[:, :, 0].flip(2) * restore
-        dk_t = dk_num[:, :, 0].flip(2) * restore
-        # ds_j per term, and d log γ from the lags, centred for a smaller cancellation
-        ds_t = (fk_t * dk_t).sum(dim=-1)  # (B, H·R, L)
-        centre = torch.arange(length, dtype=acc, device=v.device) - (length - 1) / 2
-        d_log = ((fq_t * dq_t).sum(dim=-1) - ds_t) * centre
-        d_gamma = d_log.sum(dim=(0, 2)).view(h, rounds)
+        dq = dk = dv = None  # per term, (B, H·R, L, ·)
+        if need_q or need_g:
+            dq = scan(d_query, per_term(v1), per_term(fk), s_t)[0]
+        if need_k or need_v or need_s or need_g:
+            # the reversed scans: keys are the queries, with the log-scales −r_i
+            s_back = off.to(acc).neg().reshape(b, h * rounds, length).flip(2)
+            fq_back, d_back = per_term(fq.flip(2)), d_query.flip(2)  # d_back[..., −1]: dden
+            if need_v:
+                dv, back = scan(per_term(fk.flip(2)), fq_back, d_back[..., :-1], s_back)
+            if need_k or need_s or need_g:
+                dk, back = scan(per_term(v1.flip(2)), d_back, fq_back, s_back)
+            restore = back.flip(2)  # r'_j, back in order
+            if s_t is not None:
+                restore = restore + s_t
+            restore = restore.exp_()[..., None]  # exp(s_j + r'_j) <= 1
+            dv = None if dv is None else dv.flip(2) * restore
+            dk = None if dk is None else dk.flip(2) * restore
 
-        def summed(x: Tensor) -> Tensor:  # (B, H·R, L, ·) → (B, H, L, ·): the terms added
-            return x.view(b, h, rounds, *x.shape[2:]).sum(dim=2)
+        def by_term(x: Tensor) -> Tensor:  # (B, H·R, L, ·) → (B, H, R, L, ·)
+            return x.view(b, h, rounds, *x.shape[2:])
 
-        need = ctx.needs_input_grad
+        ds = None if dk is None else (by_term(dk) * fk.to(acc)[:, :, None]).sum(dim=-1)
+        d_gamma = None
+        if need_g:  # Σ_i (i − c)(φ(q_i)·dq_i − ds_i), centred for a smaller cancellation
+            assert dq is not None and ds is not None
+            rho = (by_term(dq) * fq.to(acc)[:, :, None]).sum(dim=-1)  # (B, H, R, L)
+            centre = torch.arange(length, dtype=acc, device=v.device) - (length - 1) / 2
+            d_gamma = ((rho - ds) * centre).sum(dim=(0, 3)).to(log_decay.dtype)
+
+        def summed(x: Tensor | None, like: Tensor | None, needed: bool) -> Tensor | None:
+            """The terms of ``x`` (B, H, R, L, ·) added, in the dtype of ``like``."""
+            if x is None or like is None or not needed:
+                return None
+            return x.sum(dim=2).to(like.dtype)
+
+        dq, dk, dv = (None if x is None else by_term(x) for x in (dq, dk, dv))
         return (
-            summed(dq_t).to(fq.dtype) if need[0] else None,
-            summed(dk_t).to(fk.dtype) if need[1] else None,
-            summed(dv_t).to(v.dtype) if need[2] else None,
-            summed(ds_t).to(s.dtype) if s is not None and need[3] else None,
-            d_gamma.to(log_decay.dtype) if need[4] else None,
+            summed(dq, fq, need_q),
+            summed(dk, fk, need_k),
+            summed(dv, v, need_v),
+            summed(ds, s, need_s),
+            d_gamma,
             None,
         )
 

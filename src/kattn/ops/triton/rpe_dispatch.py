@@ -62,7 +62,8 @@ def rpe_attend_triton(
     **path_options: Any,
 ) -> Tensor:
     """``aggregator.attend(...)`` by its Triton kernel (the same result; gradients, of the
-    encoding's parameters too, by the PyTorch path recomputed).
+    encoding's parameters too, by the decay scan's own backward where it runs, else by the
+    PyTorch path recomputed).
 
     ``chunk_size`` sets the kernels' chunks when it is one of :data:`KERNEL_CHUNKS` (the
     result does not depend on it); ``path_options`` (``block_size``, ``positive_features``)
