@@ -51,6 +51,7 @@ import kattn
 from baselines_speed_report import REFORMER_MATCHED, REFORMER_PEER, render, targets
 from kattn.bench import machine_info, peak_memory_bytes
 from kattn.bench.script_results import write_run
+from kattn.functional import reformer_num_buckets
 from sparse_speed import Dense, forward_fn, inputs, timed_rounds, train_fn
 from sparse_speed_report import SDPA, dense_fits, score_bytes
 
@@ -137,7 +138,7 @@ def build(row: str, length: int) -> torch.nn.Module:
     if row == SINKHORN_PEER:
         return _SinkhornPeer(length)
     if row == REFORMER_MATCHED:
-        buckets = max(2, 2 * (length // 128))  # L/m for m = 64, even
+        buckets = reformer_num_buckets(length, 2 * 64)  # the peer's L/m for m = 64
         return kattn.build("reformer", head_dim=D, num_heads=H, num_buckets=buckets).eval()
     name = row.removesuffix(" causal")
     attn = kattn.build(name, head_dim=D, num_heads=H, max_len=length).eval()

@@ -44,8 +44,9 @@ def test_no_per_score_mask_is_built_for_whole_chunks_without_padding():
 
 @pytest.mark.parametrize("shared_qk", [True, False])
 def test_float32_over_hundreds_of_chunks_equals_the_reference(shared_qk):
-    """L = 1,024 in chunks of 2 (512 chunks a round), 2 rounds, float32: the chunk numbers
-    of the earlier-round test are exact in float arithmetic."""
+    """L = 1,024 in chunks of 2 (512 chunks a round), 2 rounds, float32: the earlier-round
+    test on float chunk numbers keeps the reference's rule over many chunks in float32
+    logits (its exactness holds below 2^24 chunks, far beyond what a test can run)."""
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, H, 1024, 16, generator=g) for _ in range(3))
     rot = _rotations(1024, 2, 2, dtype=torch.float32)

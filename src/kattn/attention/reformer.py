@@ -63,8 +63,7 @@ class ReformerAttention(SeededDraws, Attention):
     max_len 16,384 and m = 64, 16·32 buckets from 24 columns instead of 256). The rotations,
     hence every token's bucket, then depend only on that token and the seed, so neither the
     padding a batch adds nor later tokens change the pattern of the real (or earlier) ones: an
-    example
-    alone equals the same example right-padded in a longer batch, and a causal prefix run
+    example alone equals the same example right-padded in a longer batch, and a causal prefix run
     equals the full run on the prefix. Only with neither given is nb taken from the length
     of each call, ``2·⌈L/m⌉`` (L the padded length): then, and only then, an output depends
     on the padded length of its batch and, causal, on how many tokens follow it.
@@ -147,8 +146,11 @@ class ReformerAttention(SeededDraws, Attention):
 
     @classmethod
     def capabilities(cls, **options: Any) -> dict[str, bool]:
-        """The class flags; a query's buckets depend on the other queries only with shared
-        query-key (the keys are then the queries themselves)."""
+        """The class flags. In a causal call (the only kind a key/value cache makes: the
+        module takes no cross-attention) a query's row depends on the other queries only with
+        shared query-key, the keys then being the queries themselves; with separate q and k
+        its keys are found from the keys' order alone. (A non-causal row also depends on the
+        query's rank among the sorted queries, which chooses its chunk.)"""
         flags = super().capabilities(**options)
         if "shared_qk" in options:
             flags["rows_depend_on_other_queries"] = bool(options["shared_qk"])

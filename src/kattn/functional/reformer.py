@@ -37,9 +37,8 @@ token: the module (:class:`kattn.attention.reformer.ReformerAttention`) takes
 ``m = 2l/n_buckets``: average bucket ``m/2``, so that a bucket rarely outgrows two chunks),
 factorized in two beyond HF's limit (:func:`kattn.functional.lsh.reformer_bucket_factors`);
 HF rounds the same ratio down to a power of two, reformer-pytorch uses ``L/bucket_size``
-buckets. With nb fixed, the
-real tokens' (bucket, position) order, hence their chunks, does not depend on padding (sorted
-after them) nor, in the causal form, on later tokens.
+buckets. With nb fixed, the real tokens' (bucket, position) order, hence their chunks, does
+not depend on padding (sorted after them) nor, in the causal form, on later tokens.
 
 With ``shared_qk=True`` (the paper's Shared-QK Transformer) the keys are ``q_j/‖q_j‖`` and
 queries and keys share one sorted order; with ``shared_qk=False`` (kattn's extension) q and k
@@ -79,7 +78,7 @@ from .lsh import (
     reformer_num_buckets,
     sorted_order,
 )
-from .numerics import accumulation_dtype, autocast_off
+from .numerics import accumulation_dtype, autocast_off, zero_padded
 from .reformer_chunks import ChunkAttention, ChunkPlan, inverse_norms
 from .reformer_patterns import ChunkRules, DenseRules, causal_layout
 
@@ -157,8 +156,7 @@ def reformer_attention(
         lp = -(-length // m) * m  # whole chunks
         order_q = sorted_order(hashes_q, pad, lp)  # (B, H, R, Lp), filler slots: 0
         order_k = order_q if shared_qk else sorted_order(hashes_k, pad, lp)
-        if bool(pad.any()):  # padded rows become zeros, so no NaN stored there gets through
-            q, k, v = (x.masked_fill(pad[:, None, :, None], 0.0) for x in (q, k, v))
+        q, k, v = zero_padded(key_padding_mask, q, k, v)  # no NaN stored there gets through
         if shared_qk:
             k = q  # the keys are q's own rows: the chunked pass gathers them once
         if causal:  # the same-bucket sliding window, blocks reading three key chunks

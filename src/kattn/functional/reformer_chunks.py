@@ -89,7 +89,7 @@ class ChunkPlan:
             return x.movedim(2, 0).reshape(rounds, -1)
 
         self.rows_q = by_round(order_q + seq * length)  # (R, B·H·Lq): rows of (B·H·L, ·)
-        #: the rules (None in the copy a backward keeps, :meth:`without_mask`)
+        #: the rules (None in the copy a backward keeps, :meth:`without_rules`)
         self.rules: ChunkRules | DenseRules | None = rules
         #: the logits of a round, (R, B·H·NB, m, S)
         self.score_shape = (rounds, b * h * nblocks, m, span * m)
@@ -116,7 +116,7 @@ class ChunkPlan:
         self.slices = [(s0, min(b * h, s0 + per_slice)) for s0 in range(0, b * h, per_slice)]
         self.step = max(1, _CHUNK_ELEMENTS // (m * span * m))
 
-    def without_mask(self) -> ChunkPlan:
+    def without_rules(self) -> ChunkPlan:
         """A copy sharing every index but holding no rules (``rules`` None), for a backward
         that reads the kept probabilities."""
         plan = copy.copy(self)
@@ -217,7 +217,7 @@ class ChunkAttention(torch.autograd.Function):
     """Softmax attention of each block of sorted query slots over its window, every round,
     merged over the rounds: ``out (B, H, L, Dv)`` and ``lse (B, H, L)`` (not
     differentiable; −∞ and a zero output for a query that reads no key in any round). The
-    rounds' key sets are disjoint parts of one union (the plan's masks keep a key in its
+    rounds' key sets are disjoint parts of one union (the plan's rules keep a key in its
     first round only), so the merged output is one softmax over the union. With
     ``unit_keys`` the keys are ``k_j/‖k_j‖`` (the Shared-QK Transformer's, k = q), made from
     each slice's gathered rows and differentiated there, so no normalised copy of k exists.
@@ -277,7 +277,7 @@ class ChunkAttention(torch.autograd.Function):
         out, lse = out.view(b, h, length, dv), lse.view(b, h, length)
         if keep:  # the probabilities say all the backward needs of the mask
             ctx.save_for_backward(q, k, v, out, lse, probs, lses)
-            ctx.plan, ctx.unit_keys = plan.without_mask(), unit_keys
+            ctx.plan, ctx.unit_keys = plan.without_rules(), unit_keys
             ctx.shared_rows = shared_rows
         ctx.mark_non_differentiable(lse)
         return out, lse
