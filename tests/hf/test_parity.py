@@ -69,7 +69,7 @@ def test_a_kernel_whose_scale_equals_the_models_keeps_it(mechanism: str) -> None
     module = hf.attention_modules(model)[0]
     assert module.scaling == 1.0 and module.kattn.scale == 1.0
     assert not module._kattn_follows_scaling
-    q = torch.randn(1, 4, 3, 8)
+    q = torch.randn(1, 4, 3, 8, generator=torch.Generator().manual_seed(0))
     hf.attention_forward(module, q, q, q, None, scaling=0.25, is_causal=True)
     assert module.kattn.scale == 1.0
 
