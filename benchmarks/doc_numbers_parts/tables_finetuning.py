@@ -19,6 +19,20 @@ FINETUNING_RUNS = tuple(
 BAG_OF_BYTES = "benchmarks/results/finetuning/bag-of-bytes.json"
 
 
+def _check_start(start: str, run: dict) -> None:
+    """``AssertionError`` unless the run's ``results.json`` says what its label does: the
+    pre-training run it starts from (or none) and any peak rate named."""
+    init = run.get("init_from")
+    if start.startswith("from scratch"):
+        assert init is None, (start, init)
+    else:
+        mechanism = start.split("`")[1]
+        assert init is not None and f"/pretraining/{mechanism}/" in init, (start, init)
+    if "peak rate" in start:
+        rate = float(start.rsplit("peak rate ", 1)[1])
+        assert run["config"]["optim"]["lr"] == rate, (start, run["config"]["optim"]["lr"])
+
+
 def finetuning_runs(*files: dict) -> str:
     """One row per run: test and best-valid accuracy, time and speed; then the baselines of
     the set (majority, naive Bayes over bytes and byte bigrams) and the set's description."""
@@ -29,6 +43,7 @@ def finetuning_runs(*files: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for (_, start), run in zip(FINETUNING_LABELS, runs, strict=True):
+        _check_start(start, run)
         label = _attention(run["mechanism"])
         lines.append(
             f"| {start} | {label} | {100 * run['test_metrics']['accuracy']:.1f} | "
