@@ -127,7 +127,7 @@ def test_calls_the_kernels_do_not_cover_are_refused_with_the_reason() -> None:
 
 
 def test_triton_refuses_fp64_states_beyond_the_sizes_checked_in_fp64() -> None:
-    from kattn.ops.triton.dispatch import MAX_FP64_FEATURES, MAX_FP64_VALUES
+    from kattn.ops.triton.sizes import MAX_FP64_FEATURES, MAX_FP64_VALUES
 
     def built(num_features: int, **options):
         torch.manual_seed(0)
@@ -197,7 +197,7 @@ def test_auto_keeps_shapes_beyond_the_checked_sizes_on_the_pytorch_path(
     sends an attend or prefill whose state exceeds the checked sizes to the PyTorch path and
     one within them to the kernels; ``"triton"`` runs the kernels as asked."""
     from kattn.aggregator import LinearAggregator
-    from kattn.ops.triton.dispatch import MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
+    from kattn.ops.triton.sizes import MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
 
     plain = LinearAggregator(num_heads=2)
     cuda = SimpleNamespace(device=torch.device("cuda"), dtype=torch.float32)

@@ -119,7 +119,7 @@ def test_auto_keeps_the_fft_where_the_encoding_would_choose_it(monkeypatch):
     sequences) keeps its own ``attend`` (the FFT), not the exact O(L²) kernel, and so does a
     state beyond the checked sizes; where it would choose the exact form the kernel runs, and
     ``"triton"`` runs the kernel as asked."""
-    from kattn.ops.triton.dispatch import MAX_KERNEL_FEATURES
+    from kattn.ops.triton.sizes import MAX_KERNEL_FEATURES
 
     attn = kattn.build("nprf_rpe", head_dim=D, num_heads=H, max_len=32, rpe="toeplitz")
     encoding = attn.rpe

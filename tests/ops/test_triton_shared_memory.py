@@ -33,10 +33,10 @@ from kattn.ops.triton.causal_linear import (  # noqa: E402
     causal_linear_prefill_triton,
 )
 from kattn.ops.triton.decay import decay_linear_attention_triton  # noqa: E402
-from kattn.ops.triton.dispatch import checked_sizes  # noqa: E402
 from kattn.ops.triton.linear_step import linear_step_triton  # noqa: E402
 from kattn.ops.triton.noncausal_linear import linear_attention_triton  # noqa: E402
 from kattn.ops.triton.placement import interpreted  # noqa: E402
+from kattn.ops.triton.sizes import checked_sizes  # noqa: E402
 from kattn.ops.triton.toeplitz_blocked import toeplitz_linear_attention_triton  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not interpreted(), reason="records launches in the interpreter")
@@ -110,7 +110,7 @@ def _inputs(dtype: torch.dtype, m: int, dv: int) -> Iterator[torch.Tensor]:
 
 def _run_every_kernel(dtype: torch.dtype) -> None:
     """Forward and backward of every kernel-backed operation at the checked sizes of
-    ``dtype`` (:func:`~kattn.ops.triton.dispatch.checked_sizes`)."""
+    ``dtype`` (:func:`~kattn.ops.triton.sizes.checked_sizes`)."""
     m, dv = checked_sizes(dtype)
     fq, fk, v, s = _inputs(dtype, m, dv)
     out = causal_linear_attention_triton(fq, fk, v, k_log_scale=s, chunk_size=CHUNK)

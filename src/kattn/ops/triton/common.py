@@ -92,7 +92,7 @@ def scan_tiles(
     the chunk lowered as the ``BM × BDV`` state grows, so that the kernels at ``M <= 256`` and
     ``Dv <= 128`` fit the shared memory of sm_80 with fp32 or half inputs; fp64 tiles take
     twice the bytes and fit only smaller states, to which the dispatch holds fp64
-    (:func:`~kattn.ops.triton.dispatch.checked_sizes`; ``tests/ops/test_triton_shared_memory.py``
+    (:func:`~kattn.ops.triton.sizes.checked_sizes`; ``tests/ops/test_triton_shared_memory.py``
     compiles both). The chunk changes how the sums are grouped, not what they are."""
     bm, bdv = block(m), block(dv)
     if max_value_block is not None:

@@ -49,8 +49,8 @@ from .common import (
     tl,
     triton,
 )
-from .dispatch import MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
 from .recompute import kernel_with_reference_grad
+from .sizes import MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
 
 __all__ = [
     "DecayedSums",
@@ -170,8 +170,8 @@ def decayed_causal_sums_triton(
 def kernel_backward_fits(m: int, dv: int) -> bool:
     """Whether the backward's scans over ``m`` features and ``dv`` value columns run by the
     kernel: their largest state, ``(Dv + 1) × M`` (the ``dq`` and ``dk`` scans), is at most
-    the forward's largest checked one (:data:`~kattn.ops.triton.dispatch.MAX_KERNEL_FEATURES`
-    × :data:`~kattn.ops.triton.dispatch.MAX_KERNEL_VALUES`); the launches are compiled for
+    the forward's largest checked one (:data:`~kattn.ops.triton.sizes.MAX_KERNEL_FEATURES`
+    × :data:`~kattn.ops.triton.sizes.MAX_KERNEL_VALUES`); the launches are compiled for
     sm_80 and sm_90 by ``tests/ops/test_triton_shared_memory.py``, fp64 included. Larger
     calls take the PyTorch path's gradients."""
     return block(dv + 1) * block(m) <= MAX_KERNEL_FEATURES * MAX_KERNEL_VALUES

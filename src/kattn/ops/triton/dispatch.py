@@ -33,6 +33,11 @@ from ...functional.numerics import DEFAULT_EPS
 from ...positional.base import RelativePositionBias
 from .placement import check_device, triton_importable
 from .rpe_dispatch import KERNEL_CHUNKS, rpe_attend_triton, rpe_kernel_gap
+from .sizes import (
+    MAX_FP64_FEATURES,
+    MAX_FP64_VALUES,
+    checked_sizes,
+)
 
 __all__ = [
     "BACKENDS",
@@ -241,23 +246,6 @@ def triton_encoding_aggregator(encoding: Aggregator) -> TritonEncodingAggregator
     if found is None:
         found = _ENCODING_AGGREGATORS[encoding] = TritonEncodingAggregator(encoding)
     return found
-
-
-#: the most features and value columns whose kernels are known to fit the shared memory of an
-#: sm_80 GPU with fp32 or half inputs (compiled ahead of time by
-#: tests/ops/test_triton_shared_memory.py).
-MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES = 256, 128
-#: the same with fp64 inputs (``backend="triton"`` only; ``"auto"`` keeps fp64 on PyTorch),
-#: whose tiles take twice the bytes: states up to 64 × 64 scan chunks of 64 tokens, which in
-#: fp64 fit only up to these sizes.
-MAX_FP64_FEATURES, MAX_FP64_VALUES = 32, 64
-
-
-def checked_sizes(dtype: torch.dtype) -> tuple[int, int]:
-    """The most features and value columns checked to fit, for values of ``dtype``."""
-    if dtype == torch.float64:
-        return MAX_FP64_FEATURES, MAX_FP64_VALUES
-    return MAX_KERNEL_FEATURES, MAX_KERNEL_VALUES
 
 
 def kernels_fit(phi_q: Tensor, v: Tensor) -> bool:
