@@ -194,3 +194,20 @@ def test_decay_gradients_hold_where_the_normaliser_guard_holds():
 
     inputs_ = (log_alpha.clone().requires_grad_(), log_gamma.requires_grad_(), v.requires_grad_())
     assert torch.autograd.gradcheck(attend, inputs_, eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["fill", "padding"])
+def test_a_side_without_keys_sets_no_units_for_the_guard(padded):
+    """At the default guard (1e-6 of the largest weight), a side of the weights that has no
+    keys for some query (the future of the queries past the last key, padding) must not be
+    the unit in which the guard measures the normaliser: with future terms e^30 times the
+    past's and no key log-scales, such queries still get the exact weighted mean."""
+    fq, fk, v, _ = inputs(21, 13)
+    log_alpha = torch.zeros(H, 2, 2, dtype=torch.float64)
+    log_alpha[:, 1] = 30.0
+    log_gamma = torch.full((H, 2, 2), -0.3, dtype=torch.float64)
+    mask = mask_for(13, (0, 3)) if padded else None
+    out = decay_linear_attention(fq, fk, v, log_alpha, log_gamma, key_padding_mask=mask)
+    coeff = toeplitz_dense(decay_log_coefficients(log_alpha, log_gamma, 21, 13).exp(), 21, 13)
+    no_scales = torch.zeros(fk.shape[:3], dtype=torch.float64)
+    assert_close(out, reference(fq, fk, v, no_scales, coeff, causal=False, mask=mask))

@@ -4,7 +4,9 @@ tensors in Triton's interpreter (CUDA tensors on a GPU), references in float64 o
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
+import pytest
 import torch
 from torch import Tensor
 
@@ -54,3 +56,21 @@ def assert_same_gradients(
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape
         torch.testing.assert_close(a.cpu().double(), b, rtol=tol, atol=tol)
+
+
+def refusing_reference(
+    monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str, kernel: Callable[..., Tensor]
+) -> Callable[..., Tensor]:
+    """``kernel`` run with ``module.name``, the PyTorch path that its backward would recompute
+    (looked up when the forward runs), made to raise: the gradients it gives are its own
+    kernels'."""
+
+    def refuse(*args: object, **kwargs: object) -> Tensor:
+        raise AssertionError(f"the backward recomputed the PyTorch path ({name})")
+
+    def run(*args: object, **kwargs: object) -> Tensor:
+        with monkeypatch.context() as patched:
+            patched.setattr(module, name, refuse)
+            return kernel(*args, **kwargs)
+
+    return run

@@ -12,6 +12,7 @@ import torch
 pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
 
 from kattn.functional import banded_linear_attention
+from kattn.ops.triton import banded as banded_module
 from kattn.ops.triton.banded import banded_linear_attention_triton
 from kattn.positional.bucketed import BucketedBias
 
@@ -22,6 +23,7 @@ from .rpe_kernel_inputs import (
     assert_same_gradients,
     kernel_inputs,
     on_cpu64,
+    refusing_reference,
 )
 
 pytestmark = needs_kernels
@@ -112,6 +114,72 @@ def test_gradients_are_those_of_the_pytorch_path(causal: bool) -> None:
         return _ref(fq, fk, v, lc, 4, s, pad, causal=causal)
 
     assert_same_gradients(kernel, reference, [fq, fk, v, s, lc])
+
+
+def _refusing_kernel(monkeypatch: pytest.MonkeyPatch, left: int, **options):
+    """The kernels with the PyTorch path made to raise: their gradients must be their own
+    backward kernels' (the band's window sums and the far fields' scans)."""
+
+    def kernel(fq, fk, v, s, lc):
+        return banded_linear_attention_triton(fq, fk, v, lc, left, k_log_scale=s, **options)
+
+    return refusing_reference(monkeypatch, banded_module, "banded_linear_attention", kernel)
+
+
+@pytest.mark.parametrize(
+    ("lq", "lk", "left", "right", "causal", "scaled"),
+    [(45, 45, 5, 7, True, True), (40, 40, 1, 1, False, True), (29, 52, 3, 20, False, True),
+     (41, 23, 9, 2, False, False)],
+    ids=["causal-band5", "full-band1", "cross-29x52-wide-right", "cross-41x23-unscaled"],
+)  # fmt: skip
+def test_the_kernels_backward_equals_the_pytorch_paths_across_far_apart_weights(
+    lq: int,
+    lk: int,
+    left: int,
+    right: int,
+    causal: bool,
+    scaled: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The gradients come from the kernels' own backward (the PyTorch path, made to raise, is
+    not run), in float64 equal to the PyTorch path's, with key log-scales tens of units apart
+    (or none), padding, and chunks that do not divide the lengths."""
+    fq, fk, v, s = (x.double() for x in kernel_inputs(2, 2, lq, lk, 8, 5, seed=3))
+    s = s * 6.0 if scaled else None
+    lc = _coefficients(2, left, right, seed=4).double()
+    pad = padding_mask(2, lk, (0, 9)).to(DEVICE)
+    options = dict(causal=causal, key_padding_mask=pad, chunk_size=16)
+    kernel = _refusing_kernel(monkeypatch, left, **options)
+
+    def reference(fq, fk, v, s, lc):
+        return _ref(fq, fk, v, lc, left, s, pad, causal=causal)
+
+    if s is None:
+        assert_same_gradients(
+            lambda fq, fk, v, lc: kernel(fq, fk, v, None, lc),
+            lambda fq, fk, v, lc: reference(fq, fk, v, None, lc),
+            [fq, fk, v, lc],
+            tol=1e-9,
+        )
+    else:
+        assert_same_gradients(kernel, reference, [fq, fk, v, s, lc], tol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_kernels_backward_of_half_inputs_is_close_to_the_exact_gradients(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half inputs: the kernels' backward (fp32 sums, the half inputs' product precision)
+    close to the float64 gradients of the same rounded inputs."""
+    fq, fk, v, s = kernel_inputs(1, 2, 40, 40, 16, 16, seed=9)
+    fq, fk, v = (x.to(dtype) for x in (fq, fk, v))
+    kernel = _refusing_kernel(monkeypatch, 5, causal=True)
+
+    def reference(fq, fk, v, s, lc):
+        return _ref(fq, fk, v, lc, 5, s, causal=True)
+
+    inputs = [fq, fk, v, s, _coefficients(2, 5, 6, seed=10)]
+    assert_same_gradients(kernel, reference, inputs, tol=3e-2)
 
 
 def test_the_buckets_biases_get_gradients() -> None:

@@ -24,6 +24,7 @@ from .rpe_kernel_inputs import (
     assert_same_gradients,
     kernel_inputs,
     on_cpu64,
+    refusing_reference,
 )
 
 pytestmark = needs_kernels
@@ -118,15 +119,10 @@ def test_gradients_are_those_of_the_pytorch_path(causal: bool) -> None:
 def _refusing_kernel(monkeypatch: pytest.MonkeyPatch, **options):
     """The kernel with the PyTorch path made to raise: its gradients must be the kernel's."""
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("the backward recomputed the PyTorch path")
-
     def kernel(fq, fk, v, s, la, lg):
-        with monkeypatch.context() as patched:
-            patched.setattr(decay_module, "decay_linear_attention", refuse)
-            return decay_linear_attention_triton(fq, fk, v, la, lg, k_log_scale=s, **options)
+        return decay_linear_attention_triton(fq, fk, v, la, lg, k_log_scale=s, **options)
 
-    return kernel
+    return refusing_reference(monkeypatch, decay_module, "decay_linear_attention", kernel)
 
 
 @pytest.mark.parametrize(

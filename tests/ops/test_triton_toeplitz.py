@@ -12,6 +12,7 @@ import torch
 pytest.importorskip("triton", reason="the Triton kernels are tested where triton is installed")
 
 from kattn.functional.rpe_blocked import ToeplitzRows, rpe_linear_attention_blocked
+from kattn.ops.triton import toeplitz_blocked as toeplitz_module
 from kattn.ops.triton.toeplitz_blocked import toeplitz_linear_attention_triton
 from kattn.positional.toeplitz import ToeplitzBias
 
@@ -22,6 +23,7 @@ from .rpe_kernel_inputs import (
     assert_same_gradients,
     kernel_inputs,
     on_cpu64,
+    refusing_reference,
 )
 
 pytestmark = needs_kernels
@@ -117,6 +119,85 @@ def test_gradients_are_those_of_the_blocked_path(causal: bool) -> None:
         return _ref(fq, fk, v, lc, s, pad, causal=causal)
 
     assert_same_gradients(kernel, reference, [fq, fk, v, s, lc])
+
+
+def _refusing_kernel(monkeypatch: pytest.MonkeyPatch, **options):
+    """The kernel with the PyTorch blocked path made to raise: its gradients must be those of
+    the window sums' own backward kernels."""
+
+    def kernel(fq, fk, v, s, lc):
+        return toeplitz_linear_attention_triton(fq, fk, v, lc, k_log_scale=s, **options)
+
+    return refusing_reference(monkeypatch, toeplitz_module, "_toeplitz_reference", kernel)
+
+
+@pytest.mark.parametrize(
+    ("lq", "lk", "causal", "scaled"),
+    [(45, 45, True, True), (29, 52, False, True), (41, 23, False, False)],
+    ids=["causal-45", "cross-29x52", "cross-41x23-unscaled"],
+)
+def test_the_kernels_backward_equals_the_blocked_paths_across_far_apart_weights(
+    lq: int, lk: int, causal: bool, scaled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gradients come from the kernels' own backward (the blocked path, made to raise, is
+    not run), in float64 equal to the blocked path's, with coefficients and key log-scales
+    tens of units apart (or no log-scales), padding, and blocks that do not divide the
+    lengths."""
+    fq, fk, v, s = (x.double() for x in kernel_inputs(2, 2, lq, lk, 8, 5, seed=3))
+    s = s * 6.0 if scaled else None
+    lc = _coefficients(2, lq, lk, 15.0, seed=4).double()
+    pad = padding_mask(2, lk, (0, 9)).to(DEVICE)
+    kernel = _refusing_kernel(monkeypatch, causal=causal, key_padding_mask=pad, block_size=16)
+
+    def reference(fq, fk, v, s, lc):
+        return _ref(fq, fk, v, lc, s, pad, causal=causal)
+
+    if s is None:
+        assert_same_gradients(
+            lambda fq, fk, v, lc: kernel(fq, fk, v, None, lc),
+            lambda fq, fk, v, lc: reference(fq, fk, v, None, lc),
+            [fq, fk, v, lc],
+            tol=1e-9,
+        )
+    else:
+        assert_same_gradients(kernel, reference, [fq, fk, v, s, lc], tol=1e-9)
+
+
+@pytest.mark.parametrize("wanted", [0, 1, 2, 3, 4], ids=["q", "k", "v", "log-scales", "bias"])
+def test_a_gradient_of_one_input_alone_equals_the_blocked_paths(
+    wanted: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backward runs only the kernels, and their parts, that a wanted gradient needs."""
+    fq, fk, v, s = (x.double() for x in kernel_inputs(1, 2, 37, 37, 8, 4, seed=6))
+    inputs = [fq, fk, v, s, _coefficients(2, 37, 37, seed=7).double()]
+    leaf = inputs[wanted].detach().requires_grad_()
+    inputs[wanted] = leaf
+    out = _refusing_kernel(monkeypatch, causal=True, block_size=16)(*inputs)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(8), dtype=out.dtype)
+    (got,) = torch.autograd.grad((out * weight.to(DEVICE)).sum(), leaf)
+    cpu = on_cpu64(leaf.detach()).requires_grad_()
+    ref_inputs = [on_cpu64(x.detach()) for x in inputs]
+    ref_inputs[wanted] = cpu
+    fq, fk, v, s, lc = ref_inputs
+    (want,) = torch.autograd.grad((_ref(fq, fk, v, lc, s, causal=True) * weight).sum(), cpu)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_the_kernels_backward_of_half_inputs_is_close_to_the_exact_gradients(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half inputs: the kernels' backward (fp32 sums, the half inputs' product precision)
+    close to the float64 gradients of the same rounded inputs."""
+    fq, fk, v, s = kernel_inputs(1, 2, 40, 40, 16, 16, seed=9)
+    fq, fk, v = (x.to(dtype) for x in (fq, fk, v))
+    kernel = _refusing_kernel(monkeypatch, causal=False)
+
+    def reference(fq, fk, v, s, lc):
+        return _ref(fq, fk, v, lc, s, causal=False)
+
+    inputs = [fq, fk, v, s, _coefficients(2, 40, 40, seed=10)]
+    assert_same_gradients(kernel, reference, inputs, tol=3e-2)
 
 
 def test_the_encodings_bias_gets_gradients() -> None:

@@ -77,7 +77,13 @@ def decay_linear_attention(
     Returns:
         ``(B, H, Lq, Dv)`` in the dtype of ``v``.
     """
-    fq, fk, v32, s = _prepare(phi_q, phi_k, v, k_log_scale, key_padding_mask)
+    # a side without keys (the last query's future, the fill of the shorter length, padding)
+    # must not set the units in which the normaliser is guarded: keys get log-scales, so that
+    # such a side's offset sits at the floor
+    needs_scales = not causal or key_padding_mask is not None
+    fq, fk, v32, s = _prepare(
+        phi_q, phi_k, v, k_log_scale, key_padding_mask, log_scales=needs_scales
+    )
     b, h, lq, _ = fq.shape
     lk = fk.shape[2]
     r = log_alpha.shape[-1]

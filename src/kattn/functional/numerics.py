@@ -82,12 +82,18 @@ def prepare_linear_inputs(
     v: Tensor,
     k_log_scale: Tensor | None,
     key_padding_mask: Tensor | None,
+    *,
+    log_scales: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Upcast to the accumulation dtype; zero padded keys and values (so that not even a NaN
-    there can reach an output) and put their log-scale at the floor."""
+    there can reach an output) and put their log-scale at the floor. ``log_scales``: keys
+    without log-scales get them (0), for paths whose parts carry units of their own (a part
+    without keys, or with padding alone, then sits at the floor and sets no units)."""
     acc = accumulation_dtype(v.dtype)
     fq, fk, v = phi_q.to(acc), phi_k.to(acc), v.to(acc)
     s = None if k_log_scale is None else k_log_scale.to(acc)
+    if s is None and log_scales:
+        s = fk.new_zeros(fk.shape[:3])
     if key_padding_mask is not None:
         pad = key_padding_mask[:, None, :]  # (B, 1, Lk)
         fk = fk.masked_fill(pad[..., None], 0.0)

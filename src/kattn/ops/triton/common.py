@@ -121,11 +121,21 @@ def guard(den, eps):
 
 
 def masked_keys(
-    phi_k: Tensor, v: Tensor, s: Tensor | None, key_padding_mask: Tensor | None
+    phi_k: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    key_padding_mask: Tensor | None,
+    *,
+    log_scales: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Padded keys and values zeroed and their log-scales at the floor, by autograd-aware
     ``masked_fill`` (so padded positions get zero gradients and not even a NaN there reaches
-    an output); the tensors made contiguous for the kernels."""
+    an output); the tensors made contiguous for the kernels. ``log_scales``: keys without
+    log-scales get them (0), for the positional kernels, whose parts and rows carry units
+    of their own: a padded key, or a part without keys (filled in at the floor), must not
+    set the units in which the normaliser is guarded."""
+    if s is None and log_scales:
+        s = phi_k.new_zeros(phi_k.shape[:3], dtype=accumulation_dtype(v.dtype))
     if key_padding_mask is not None:
         pad = key_padding_mask[:, None, :]  # (B, 1, Lk)
         phi_k = phi_k.masked_fill(pad[..., None], 0.0)

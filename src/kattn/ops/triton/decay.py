@@ -302,7 +302,13 @@ def _decay_forward(
 ) -> Tensor:
     """The kernel's result; differentiable by :class:`DecayedSums` when ``kernel_grad``."""
     sums = DecayedSums.apply if kernel_grad else decayed_causal_sums_triton
-    fk, vals, s = masked_keys(phi_k, v, k_log_scale, key_padding_mask)
+    fk, vals, s = masked_keys(
+        phi_k,
+        v,
+        k_log_scale,
+        key_padding_mask,
+        log_scales=not causal or key_padding_mask is not None,
+    )
     lq = phi_q.shape[2]
     # the recurrences run over positions: the shorter side padded
     fq, fk, vals, s = one_length(phi_q, fk, vals, s)

@@ -1,7 +1,8 @@
-"""A forward by a kernel whose gradients are those of the PyTorch path, recomputed in backward:
-how the relative-position kernels (banded, blocked Toeplitz, and decay beyond the sizes of its
-own backward or under ``create_graph=True``) are differentiable, and how the linear kernels
-take a backward with ``create_graph=True``."""
+"""A forward by a kernel whose gradients are those of the PyTorch path, recomputed in backward,
+or, when the kernel has a backward of its own, those kernels' (the PyTorch path then only
+under ``create_graph=True``, and for the decay scan and the banded kernels beyond the sizes
+their backward fits): how the relative-position kernels are differentiable, and how the
+linear kernels take a backward with ``create_graph=True``."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def rpe_attend_triton(
     **path_options: Any,
 ) -> Tensor:
     """``aggregator.attend(...)`` by its Triton kernel (the same result; gradients, of the
-    encoding's parameters too, by the decay scan's own backward where it runs, else by the
+    encoding's parameters too, by the kernels' own backward where it fits, else by the
     PyTorch path recomputed).
 
     ``chunk_size`` sets the kernels' chunks when it is one of :data:`KERNEL_CHUNKS` (the
