@@ -42,7 +42,9 @@ def _truth(fq, fk, v, log_coeff, pad, causal):
 def _decay(fq, fk, v, pad, causal):
     log_alpha = torch.zeros(H, 2, 2)
     log_alpha[:, 1] = 30.0  # the future side e^30 times the past
-    log_gamma = torch.full((H, 2, 2), -0.3)
+    log_alpha[:, 0, 0] = 30.0  # and a fast past term e^30 times the slow one: behind padding,
+    log_gamma = torch.full((H, 2, 2), -0.3)  # only padded keys are near enough to set units
+    log_gamma[:, 0, 0] = -5.0
     out = decay_linear_attention_triton(
         fq, fk, v, log_alpha, log_gamma, causal=causal, key_padding_mask=pad, chunk_size=16
     )

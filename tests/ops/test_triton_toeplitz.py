@@ -164,23 +164,42 @@ def test_the_kernels_backward_equals_the_blocked_paths_across_far_apart_weights(
 
 
 @pytest.mark.parametrize("wanted", [0, 1, 2, 3, 4], ids=["q", "k", "v", "log-scales", "bias"])
+@pytest.mark.parametrize(("lq", "causal"), [(37, True), (29, False)], ids=["causal", "cross"])
 def test_a_gradient_of_one_input_alone_equals_the_blocked_paths(
-    wanted: int, monkeypatch: pytest.MonkeyPatch
+    wanted: int, lq: int, causal: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The backward runs only the kernels, and their parts, that a wanted gradient needs."""
-    fq, fk, v, s = (x.double() for x in kernel_inputs(1, 2, 37, 37, 8, 4, seed=6))
-    inputs = [fq, fk, v, s, _coefficients(2, 37, 37, seed=7).double()]
+    """The backward runs only the kernels, and their parts, that a wanted gradient needs
+    (the others' inputs stand in for their gradients and must stay as they are)."""
+    fq, fk, v, s = (x.double() for x in kernel_inputs(1, 2, lq, 37, 8, 4, seed=6))
+    inputs = [fq, fk, v, s, _coefficients(2, lq, 37, seed=7).double()]
+    before = [x.clone() for x in inputs]
     leaf = inputs[wanted].detach().requires_grad_()
     inputs[wanted] = leaf
-    out = _refusing_kernel(monkeypatch, causal=True, block_size=16)(*inputs)
+    out = _refusing_kernel(monkeypatch, causal=causal, block_size=16)(*inputs)
     weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(8), dtype=out.dtype)
     (got,) = torch.autograd.grad((out * weight.to(DEVICE)).sum(), leaf)
     cpu = on_cpu64(leaf.detach()).requires_grad_()
     ref_inputs = [on_cpu64(x.detach()) for x in inputs]
     ref_inputs[wanted] = cpu
     fq, fk, v, s, lc = ref_inputs
-    (want,) = torch.autograd.grad((_ref(fq, fk, v, lc, s, causal=True) * weight).sum(), cpu)
+    (want,) = torch.autograd.grad((_ref(fq, fk, v, lc, s, causal=causal) * weight).sum(), cpu)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-9, atol=1e-9)
+    assert all(torch.equal(x.detach(), y) for x, y in zip(inputs, before, strict=True))
+
+
+@pytest.mark.parametrize(("lq", "lk"), [(0, 6), (6, 0)], ids=["no-queries", "no-keys"])
+def test_an_empty_side_gives_zero_gradients_and_leaves_the_inputs_as_they_are(
+    lq: int, lk: int
+) -> None:
+    fq, fk, v, s = kernel_inputs(1, 2, lq, lk, 8, 4)
+    lc = _coefficients(2, lq, lk) if lq + lk > 1 else torch.zeros(2, 0)
+    before = [x.clone() for x in (fq, fk, v, s, lc)]
+    v.requires_grad_()
+    out = toeplitz_linear_attention_triton(fq, fk, v, lc, k_log_scale=s)
+    assert out.shape == (1, 2, lq, 4) and (out == 0).all()
+    (grad,) = torch.autograd.grad(out.sum(), v)
+    assert grad.shape == v.shape and (grad == 0).all()
+    assert all(torch.equal(x.detach(), y) for x, y in zip((fq, fk, v, s, lc), before, strict=True))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

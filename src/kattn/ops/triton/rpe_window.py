@@ -118,8 +118,8 @@ def rpe_window_sums_triton(
     num = torch.empty(b, h, lq, dv, dtype=dtype, device=v.device)
     den = torch.empty(b, h, lq, dtype=dtype, device=v.device)
     top = torch.empty(b, h, lq, dtype=dtype, device=v.device)
-    if num.numel() == 0:
-        return num, den, top
+    if b * h * lq == 0 or lk == 0:  # nothing to sum (Dv = 0 alone still sums normalisers)
+        return num.zero_(), den.zero_(), top.fill_(NO_OFFSET)
     s_arg = fq if s is None else s.to(dtype).contiguous()  # (never read without HAS_S)
     table = log_coeff.detach().to(device=v.device, dtype=dtype).contiguous()
     lo, hi = offsets

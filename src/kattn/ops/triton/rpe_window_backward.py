@@ -216,6 +216,10 @@ class WindowSums(torch.autograd.Function):
     ) -> tuple[Tensor | None, ...]:
         fq, fk, v, s, log_coeff, top = ctx.saved_tensors
         need_q, need_k, need_v, need_s, need_b = ctx.needs_input_grad[:5]
+        if 0 in fq.shape[:3] or fk.shape[2] == 0:  # nothing was summed
+            wanted = zip((fq, fk, v, s, log_coeff), ctx.needs_input_grad[:5], strict=True)
+            zeros = [torch.zeros_like(x) if need else None for x, need in wanted]
+            return (*zeros, None, None, None, None)
         zero, (lo, hi), causal, chunk = ctx.window
         b, h, lq, m = fq.shape
         lk, dv = fk.shape[2], v.shape[-1]
@@ -230,28 +234,22 @@ class WindowSums(torch.autograd.Function):
                      PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
                      num_stages=SCAN_STAGES)  # fmt: skip
         dq = dk = d_v = ds = db = None
+        # an input stands in for a gradient that is not wanted: the kernels never write it
         if need_q or need_b:
             dq = torch.empty_like(fq) if need_q else fq
             db = torch.zeros(b, h, table.shape[-1], dtype=acc, device=v.device)
-            if lq and lk:
-                _window_dq[(b * h, triton.cdiv(lq, c))](
-                    fq, fk, v, s_arg, table, top, d_num, d_den, dq, db, *common,
-                    WANT_Q=need_q, WANT_B=need_b, BD=2 * c, **sizes,
-                )  # fmt: skip
-            elif need_q:
-                dq.zero_()
+            _window_dq[(b * h, triton.cdiv(lq, c))](
+                fq, fk, v, s_arg, table, top, d_num, d_den, dq, db, *common,
+                WANT_Q=need_q, WANT_B=need_b, BD=2 * c, **sizes,
+            )  # fmt: skip
         if need_k or need_v or need_s:
             dk = torch.empty_like(fk) if need_k else fk
             d_v = torch.empty_like(v) if need_v else v
             ds = torch.empty(b, h, lk, dtype=acc, device=v.device) if need_s else s_arg
-            if lq and lk:
-                _window_dkv[(b * h, triton.cdiv(lk, c))](
-                    fq, fk, v, s_arg, table, top, d_num, d_den, dk, d_v, ds, *common,
-                    WANT_K=need_k, WANT_S=need_s, WANT_V=need_v, **sizes,
-                )  # fmt: skip
-            else:
-                for x in (dk, d_v, ds):
-                    x.zero_()
+            _window_dkv[(b * h, triton.cdiv(lk, c))](
+                fq, fk, v, s_arg, table, top, d_num, d_den, dk, d_v, ds, *common,
+                WANT_K=need_k, WANT_S=need_s, WANT_V=need_v, **sizes,
+            )  # fmt: skip
         return (
             dq if need_q else None,
             dk if need_k else None,
