@@ -142,11 +142,12 @@ def test_the_kernels_backward_equals_the_pytorch_paths_across_far_apart_weights(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The gradients come from the kernels' own backward (the PyTorch path, made to raise, is
-    not run), in float64 equal to the PyTorch path's, with key log-scales tens of units apart
-    (or none), padding, and chunks that do not divide the lengths."""
+    not run), in float64 equal to the PyTorch path's, the coefficients and the key log-scales
+    tens of units apart (or no log-scales), with padding and chunks that do not divide the
+    lengths."""
     fq, fk, v, s = (x.double() for x in kernel_inputs(2, 2, lq, lk, 8, 5, seed=3))
     s = s * 6.0 if scaled else None
-    lc = _coefficients(2, left, right, seed=4).double()
+    lc = _coefficients(2, left, right, seed=4).double() * 8.0
     pad = padding_mask(2, lk, (0, 9)).to(DEVICE)
     options = dict(causal=causal, key_padding_mask=pad, chunk_size=16)
     kernel = _refusing_kernel(monkeypatch, left, **options)

@@ -180,10 +180,62 @@ def banded_linear_attention(
             k = -(-reach // c) + 1
             c = max(1, min(lq, -(-reach // (k - 1))))
         num, den = _bidirectional_banded(fq, fk, v32, s, log_coeff, left, c, -(-lq // c))
-    out = num.reshape(b, h, -1, dv)[:, :, :lq] / guard_normaliser(
-        den.reshape(b, h, -1, 1)[:, :, :lq], eps
-    )
-    return out.to(v.dtype)
+    num, den = num.reshape(b, h, -1, dv)[:, :, :lq], den.reshape(b, h, -1, 1)[:, :, :lq]
+    guard: float | Tensor = eps
+    # the sums are in units of the largest coefficient and key log-scale, apart: the guard is
+    # measured in each query's own (its largest visible weight), which only a normaliser
+    # below eps in the shared units can tell apart
+    if bool((den.detach().abs() < eps).any()):
+        units = _row_log_units(log_coeff, left, s, key_padding_mask, lq, lk, causal)
+        guard = eps * torch.exp(units.clamp(-_UNITS_FLOOR, 0.0))[..., None]
+    return (num / guard_normaliser(den, guard)).to(v.dtype)
+
+
+#: how far (nats) below the shared units a query's own units are followed; beyond, fp32 sums
+#: would be subnormal anyway
+_UNITS_FLOOR = 60.0
+
+
+def _row_log_units(
+    log_coeff: Tensor,
+    left: int,
+    s: Tensor | None,
+    key_padding_mask: Tensor | None,
+    lq: int,
+    lk: int,
+    causal: bool,
+) -> Tensor:
+    """``(B or 1, H, Lq)``: the log of the largest weight ``c_{j−i} exp(s_j)`` each query sees
+    (−∞-like where none), less the units of the path's sums: the largest coefficient (the
+    past's when causal) plus the largest key log-scale (causal: of the keys so far)."""
+    log_coeff = log_coeff.detach()
+    right = log_coeff.shape[-1] - 1 - left
+    floor = log_floor(log_coeff.dtype)
+    past = log_coeff[:, : left + 1] if causal else log_coeff
+    units = past.amax(dim=-1)[None, :, None]  # (1, H, 1)
+    if s is None:
+        s = log_coeff.new_zeros(1, 1, lk)
+        if key_padding_mask is not None:
+            s = s.masked_fill(key_padding_mask[:, None, :], floor)
+    else:
+        s = s.detach()
+        units = units + (torch.cummax(s, dim=-1).values if causal else s.amax(-1, keepdim=True))
+    if lk == 0:
+        return units.new_zeros(1, 1, lq)
+    coeff = log_coeff[None, :, :, None]  # (1, H, K, 1)
+    # the far fields: the largest key log-scale up to i − left (and from i + right)
+    so_far = torch.cummax(s, dim=-1).values
+    so_far = torch.cat([so_far, so_far[..., -1:].expand(*s.shape[:2], max(0, lq - lk))], -1)
+    best = F.pad(so_far, (left, 0), value=floor)[..., :lq] + coeff[:, :, 0]
+    if not causal:
+        after = torch.cummax(s.flip(-1), dim=-1).values.flip(-1)
+        after = F.pad(after[..., right:], (0, max(0, lq - lk + right)), value=floor)[..., :lq]
+        best = torch.maximum(best, after + coeff[:, :, -1])
+    # the band, an offset at a time: key i + o for query i
+    keys = F.pad(s, (left, max(0, lq + right - lk)), value=floor)  # key j at left + j
+    for o in range(-(left - 1), 1 if causal else right):
+        best = torch.maximum(best, keys[..., left + o : left + o + lq] + coeff[:, :, left + o])
+    return best - units
 
 
 def _bidirectional_banded(

@@ -71,8 +71,9 @@ def exp_nonpositive_(x: Tensor) -> Tensor:
     return x.clamp_(exp_floor(x.dtype), 0.0).exp_()
 
 
-def guard_normaliser(den: Tensor, eps: float) -> Tensor:
-    """Keep ``|den| >= eps`` with its sign, so the ratio never divides by zero."""
+def guard_normaliser(den: Tensor, eps: float | Tensor) -> Tensor:
+    """Keep ``|den| >= eps`` with its sign, so the ratio never divides by zero (``eps`` a
+    number, or a tensor broadcasting against ``den``: one per row)."""
     return torch.where(den >= 0, den.clamp_min(eps), den.clamp_max(-eps))
 
 
