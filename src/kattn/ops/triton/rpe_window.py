@@ -26,6 +26,40 @@ DEFAULT_BLOCK = 32
 
 
 @triton.jit
+def _window_logits(t_ptr, s_ptr, rows, keys, in_q, in_k, zero, table, lo, hi,
+                   CAUSAL: tl.constexpr, HAS_S: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
+    """``b_{j−i} + s_j`` of a block of queries ``rows`` and keys ``keys``, ``−∞`` where the
+    query does not see the key."""
+    offsets = keys[None, :] - rows[:, None]
+    seen = in_q[:, None] & in_k[None, :] & (offsets >= lo) & (offsets <= hi)
+    if CAUSAL:
+        seen = seen & (offsets <= 0)
+    index = tl.minimum(tl.maximum(offsets + zero, 0), table - 1)
+    logits = tl.load(t_ptr + index, mask=seen, other=0.0).to(ACC)
+    if HAS_S:
+        logits += tl.load(s_ptr + keys, mask=in_k, other=0.0).to(ACC)[None, :]
+    return tl.where(seen, logits, float("-inf"))
+
+
+@triton.jit
+def _tile(ptr, rows, inside, cols, width, ACC: tl.constexpr):
+    """Rows ``rows`` (where ``inside``) of a row-major ``(·, width)`` matrix, columns
+    ``cols`` (0 beyond ``width``), as ``ACC``."""
+    mask = inside[:, None] & (cols[None, :] < width)
+    return tl.load(ptr + rows[:, None] * width + cols[None, :], mask=mask, other=0.0).to(ACC)
+
+
+@triton.jit
+def _key_span(i0, lo, hi, lk, BQ: tl.constexpr, CAUSAL: tl.constexpr):
+    """The first and last key that some query of the block ``i0 … i0 + BQ − 1`` sees."""
+    first = tl.maximum(i0 + lo, 0)
+    last = tl.minimum(i0 + BQ - 1 + hi, lk - 1)
+    if CAUSAL:
+        last = tl.minimum(last, i0 + BQ - 1)
+    return first, last
+
+
+@triton.jit
 def _rpe_window_sums(
     q_ptr, k_ptr, v_ptr, s_ptr, t_ptr, num_ptr, den_ptr, max_ptr,
     lq, lk, m, dv, heads, table, zero, lo, hi, no_offset,
@@ -46,32 +80,19 @@ def _rpe_window_sums(
     cols_v = tl.arange(0, BDV)
     rows = i0 + tl.arange(0, BQ)
     in_q = rows < lq
-    fq = in_q[:, None] & (cols_m[None, :] < m)
-    q = tl.load(q_ptr + rows[:, None] * m + cols_m[None, :], mask=fq, other=0.0).to(ACC)
+    q = _tile(q_ptr, rows, in_q, cols_m, m, ACC)
     num = tl.zeros((BQ, BDV), dtype=ACC)
     den = tl.zeros((BQ,), dtype=ACC)
     top = tl.zeros((BQ,), dtype=ACC) + no_offset  # m_i: the units of num and den
     # the keys some query of the block sees: offsets lo <= j − i <= hi (and j <= i if causal)
-    first = tl.maximum(i0 + lo, 0)
-    last = tl.minimum(i0 + BQ - 1 + hi, lk - 1)
-    if CAUSAL:
-        last = tl.minimum(last, i0 + BQ - 1)
+    first, last = _key_span(i0, lo, hi, lk, BQ, CAUSAL)
     for j0 in range(first, last + 1, BK):
         keys = j0 + tl.arange(0, BK)
         in_k = keys <= last
-        fk = in_k[:, None] & (cols_m[None, :] < m)
-        fv = in_k[:, None] & (cols_v[None, :] < dv)
-        k = tl.load(k_ptr + keys[:, None] * m + cols_m[None, :], mask=fk, other=0.0).to(ACC)
-        v = tl.load(v_ptr + keys[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
-        offsets = keys[None, :] - rows[:, None]  # j − i
-        seen = in_q[:, None] & in_k[None, :] & (offsets >= lo) & (offsets <= hi)
-        if CAUSAL:
-            seen = seen & (offsets <= 0)
-        index = tl.minimum(tl.maximum(offsets + zero, 0), table - 1)
-        logits = tl.load(t_ptr + index, mask=seen, other=0.0).to(ACC)
-        if HAS_S:
-            logits += tl.load(s_ptr + keys, mask=in_k, other=0.0).to(ACC)[None, :]
-        logits = tl.where(seen, logits, float("-inf"))
+        k = _tile(k_ptr, keys, in_k, cols_m, m, ACC)
+        v = _tile(v_ptr, keys, in_k, cols_v, dv, ACC)
+        logits = _window_logits(t_ptr, s_ptr, rows, keys, in_q, in_k, zero, table, lo, hi,
+                                CAUSAL, HAS_S, ACC)  # fmt: skip
         grown = tl.maximum(top, tl.max(logits, axis=1))
         rescale = tl.exp(top - grown)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)

@@ -32,25 +32,9 @@ from torch.autograd.function import once_differentiable
 
 from ...functional.numerics import accumulation_dtype
 from .common import SCAN_STAGES, acc_type, dot_precision, scan_tiles, tl, triton
-from .rpe_window import rpe_window_sums_triton
+from .rpe_window import _key_span, _tile, _window_logits, rpe_window_sums_triton
 
 __all__ = ["WindowSums", "window_sums"]
-
-
-@triton.jit
-def _window_logits(t_ptr, s_ptr, rows, keys, in_q, in_k, zero, table, lo, hi,
-                   CAUSAL: tl.constexpr, HAS_S: tl.constexpr, ACC: tl.constexpr):  # fmt: skip
-    """``b_{j−i} + s_j`` of a block of queries ``rows`` and keys ``keys``, ``−∞`` where the
-    query does not see the key."""
-    offsets = keys[None, :] - rows[:, None]
-    seen = in_q[:, None] & in_k[None, :] & (offsets >= lo) & (offsets <= hi)
-    if CAUSAL:
-        seen = seen & (offsets <= 0)
-    index = tl.minimum(tl.maximum(offsets + zero, 0), table - 1)
-    logits = tl.load(t_ptr + index, mask=seen, other=0.0).to(ACC)
-    if HAS_S:
-        logits += tl.load(s_ptr + keys, mask=in_k, other=0.0).to(ACC)[None, :]
-    return tl.where(seen, logits, float("-inf"))
 
 
 @triton.jit
@@ -78,9 +62,8 @@ def _window_dq(
     rows = i0 + tl.arange(0, BQ)
     in_q = rows < lq
     fq = in_q[:, None] & (cols_m[None, :] < m)
-    fo = in_q[:, None] & (cols_v[None, :] < dv)
-    q = tl.load(q_ptr + rows[:, None] * m + cols_m[None, :], mask=fq, other=0.0).to(ACC)
-    dn = tl.load(dn_ptr + rows[:, None] * dv + cols_v[None, :], mask=fo, other=0.0).to(ACC)
+    q = _tile(q_ptr, rows, in_q, cols_m, m, ACC)
+    dn = _tile(dn_ptr, rows, in_q, cols_v, dv, ACC)
     dd = tl.load(dd_ptr + rows, mask=in_q, other=0.0).to(ACC)
     top = tl.load(top_ptr + rows, mask=in_q, other=0.0).to(ACC)
     dq = tl.zeros((BQ, BM), dtype=ACC)
@@ -89,17 +72,12 @@ def _window_dq(
     pick = diag[None, :] - (BQ - 1) + tl.arange(0, BQ)[:, None]
     on_diag = (pick >= 0) & (pick < BK)
     pick = tl.minimum(tl.maximum(pick, 0), BK - 1)
-    first = tl.maximum(i0 + lo, 0)
-    last = tl.minimum(i0 + BQ - 1 + hi, lk - 1)
-    if CAUSAL:
-        last = tl.minimum(last, i0 + BQ - 1)
+    first, last = _key_span(i0, lo, hi, lk, BQ, CAUSAL)
     for j0 in range(first, last + 1, BK):
         keys = j0 + tl.arange(0, BK)
         in_k = keys <= last
-        fk = in_k[:, None] & (cols_m[None, :] < m)
-        fv = in_k[:, None] & (cols_v[None, :] < dv)
-        k = tl.load(k_ptr + keys[:, None] * m + cols_m[None, :], mask=fk, other=0.0).to(ACC)
-        v = tl.load(v_ptr + keys[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
+        k = _tile(k_ptr, keys, in_k, cols_m, m, ACC)
+        v = _tile(v_ptr, keys, in_k, cols_v, dv, ACC)
         logits = _window_logits(t_ptr, s_ptr, rows, keys, in_q, in_k, zero, table, lo, hi,
                                 CAUSAL, HAS_S, ACC)  # fmt: skip
         w = tl.exp(logits - top[:, None])  # 0 where unseen, else <= 1
@@ -144,8 +122,8 @@ def _window_dkv(
     in_k = keys < lk
     fk = in_k[:, None] & (cols_m[None, :] < m)
     fv = in_k[:, None] & (cols_v[None, :] < dv)
-    k = tl.load(k_ptr + keys[:, None] * m + cols_m[None, :], mask=fk, other=0.0).to(ACC)
-    v = tl.load(v_ptr + keys[:, None] * dv + cols_v[None, :], mask=fv, other=0.0).to(ACC)
+    k = _tile(k_ptr, keys, in_k, cols_m, m, ACC)
+    v = _tile(v_ptr, keys, in_k, cols_v, dv, ACC)
     dk = tl.zeros((BK, BM), dtype=ACC)
     d_v = tl.zeros((BK, BDV), dtype=ACC)
     # the queries that see some key of the block: lo <= j − i <= hi (and i >= j if causal)
@@ -156,10 +134,8 @@ def _window_dkv(
     for i0 in range(first, last + 1, BQ):
         rows = i0 + tl.arange(0, BQ)
         in_q = rows <= last
-        fq = in_q[:, None] & (cols_m[None, :] < m)
-        fo = in_q[:, None] & (cols_v[None, :] < dv)
-        q = tl.load(q_ptr + rows[:, None] * m + cols_m[None, :], mask=fq, other=0.0).to(ACC)
-        dn = tl.load(dn_ptr + rows[:, None] * dv + cols_v[None, :], mask=fo, other=0.0).to(ACC)
+        q = _tile(q_ptr, rows, in_q, cols_m, m, ACC)
+        dn = _tile(dn_ptr, rows, in_q, cols_v, dv, ACC)
         dd = tl.load(dd_ptr + rows, mask=in_q, other=0.0).to(ACC)
         top = tl.load(top_ptr + rows, mask=in_q, other=0.0).to(ACC)
         logits = _window_logits(t_ptr, s_ptr, rows, keys, in_q, in_k, zero, table, lo, hi,
