@@ -211,20 +211,21 @@ def _row_log_units(
     log_coeff = log_coeff.detach()
     right = log_coeff.shape[-1] - 1 - left
     floor = log_floor(log_coeff.dtype)
+    if lk == 0:
+        return log_coeff.new_zeros(1, 1, lq)
     past = log_coeff[:, : left + 1] if causal else log_coeff
     units = past.amax(dim=-1)[None, :, None]  # (1, H, 1)
+    scaled = s is not None
     if s is None:
         s = log_coeff.new_zeros(1, 1, lk)
         if key_padding_mask is not None:
             s = s.masked_fill(key_padding_mask[:, None, :], floor)
-    else:
-        s = s.detach()
-        units = units + (torch.cummax(s, dim=-1).values if causal else s.amax(-1, keepdim=True))
-    if lk == 0:
-        return units.new_zeros(1, 1, lq)
+    s = s.detach()
+    so_far = torch.cummax(s, dim=-1).values  # the largest key log-scale up to each key
+    if scaled:
+        units = units + (so_far if causal else so_far[..., -1:])
     coeff = log_coeff[None, :, :, None]  # (1, H, K, 1)
     # the far fields: the largest key log-scale up to i − left (and from i + right)
-    so_far = torch.cummax(s, dim=-1).values
     so_far = torch.cat([so_far, so_far[..., -1:].expand(*s.shape[:2], max(0, lq - lk))], -1)
     best = F.pad(so_far, (left, 0), value=floor)[..., :lq] + coeff[:, :, 0]
     if not causal:

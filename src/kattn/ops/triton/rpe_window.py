@@ -13,13 +13,15 @@ Its backward: :mod:`kattn.ops.triton.rpe_window_backward`.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 from torch import Tensor
 
 from ...functional.numerics import accumulation_dtype
 from .common import NO_OFFSET, SCAN_STAGES, acc_type, dot_precision, scan_tiles, tl, triton
 
-__all__ = ["DEFAULT_BLOCK", "rpe_window_sums_triton"]
+__all__ = ["DEFAULT_BLOCK", "WindowLaunch", "rpe_window_sums_triton", "window_launch"]
 
 #: queries per program and keys per step of the kernel.
 DEFAULT_BLOCK = 32
@@ -132,24 +134,64 @@ def rpe_window_sums_triton(
         ``num (B, H, Lq, Dv)``, ``den (B, H, Lq)`` and ``m (B, H, Lq)`` (a very negative
         number where a query sees no key), fp32.
     """
-    b, h, lq, m = fq.shape
+    b, h, lq, _ = fq.shape
     lk, dv = fk.shape[2], v.shape[-1]
-    fq, fk, v = (x.contiguous() for x in (fq, fk, v))
     dtype = accumulation_dtype(v.dtype)
     num = torch.empty(b, h, lq, dv, dtype=dtype, device=v.device)
     den = torch.empty(b, h, lq, dtype=dtype, device=v.device)
     top = torch.empty(b, h, lq, dtype=dtype, device=v.device)
     if b * h * lq == 0 or lk == 0:  # nothing to sum (Dv = 0 alone still sums normalisers)
         return num.zero_(), den.zero_(), top.fill_(NO_OFFSET)
-    s_arg = fq if s is None else s.to(dtype).contiguous()  # (never read without HAS_S)
-    table = log_coeff.detach().to(device=v.device, dtype=dtype).contiguous()
-    lo, hi = offsets
-    c, block_m, block_v = scan_tiles(m, dv, chunk)
-    grid = (b * h, triton.cdiv(lq, c))
-    _rpe_window_sums[grid](
-        fq, fk, v, s_arg, table, num, den, top, lq, lk, m, dv, h, table.shape[-1], zero, lo, hi,
-        NO_OFFSET, CAUSAL=causal, HAS_S=s is not None, BQ=c, BK=c, BM=block_m,
-        BDV=block_v, PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
-        num_stages=SCAN_STAGES,
-    )  # fmt: skip
+    go = window_launch(fq, fk, v, s, log_coeff, zero, offsets, causal=causal, chunk=chunk)
+    _rpe_window_sums[go.grid_q](*go.inputs, num, den, top, *go.scalars, NO_OFFSET, **go.meta)
     return num, den, top
+
+
+class WindowLaunch(NamedTuple):
+    """What the window kernels, forward and backward, are launched with."""
+
+    #: ``fq, fk, v, s, table``: contiguous; ``s`` a stand-in without log-scales (never read)
+    inputs: tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+    #: ``lq, lk, m, dv, heads, K, zero, lo, hi``
+    scalars: tuple[int, ...]
+    #: the constexpr arguments and ``num_stages``
+    meta: dict[str, Any]
+    #: programs over query blocks and over key blocks
+    grid_q: tuple[int, int]
+    grid_k: tuple[int, int]
+    #: queries per block (and keys per step)
+    chunk: int
+
+
+def window_launch(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    log_coeff: Tensor,
+    zero: int,
+    offsets: tuple[int, int],
+    *,
+    causal: bool,
+    chunk: int,
+) -> WindowLaunch:
+    """The inputs, sizes and tiles of a window kernel's launch (arguments as
+    :func:`rpe_window_sums_triton`)."""
+    b, h, lq, m = fq.shape
+    lk, dv = fk.shape[2], v.shape[-1]
+    dtype = accumulation_dtype(v.dtype)
+    fq, fk, v = (x.contiguous() for x in (fq, fk, v))
+    s_arg = fq if s is None else s.to(dtype).contiguous()
+    table = log_coeff.detach().to(device=v.device, dtype=dtype).contiguous()
+    c, block_m, block_v = scan_tiles(m, dv, chunk)
+    meta = dict(CAUSAL=causal, HAS_S=s is not None, BQ=c, BK=c, BM=block_m, BDV=block_v,
+                PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
+                num_stages=SCAN_STAGES)  # fmt: skip
+    return WindowLaunch(
+        inputs=(fq, fk, v, s_arg, table),
+        scalars=(lq, lk, m, dv, h, table.shape[-1], zero, *offsets),
+        meta=meta,
+        grid_q=(b * h, triton.cdiv(lq, c)),
+        grid_k=(b * h, triton.cdiv(lk, c)),
+        chunk=c,
+    )

@@ -31,8 +31,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ...functional.numerics import accumulation_dtype
-from .common import SCAN_STAGES, acc_type, dot_precision, scan_tiles, tl, triton
-from .rpe_window import _key_span, _tile, _window_logits, rpe_window_sums_triton
+from .common import tl, triton
+from .rpe_window import _key_span, _tile, _window_logits, rpe_window_sums_triton, window_launch
 
 __all__ = ["WindowSums", "window_sums"]
 
@@ -196,35 +196,29 @@ class WindowSums(torch.autograd.Function):
             wanted = zip((fq, fk, v, s, log_coeff), ctx.needs_input_grad[:5], strict=True)
             zeros = [torch.zeros_like(x) if need else None for x, need in wanted]
             return (*zeros, None, None, None, None)
-        zero, (lo, hi), causal, chunk = ctx.window
-        b, h, lq, m = fq.shape
-        lk, dv = fk.shape[2], v.shape[-1]
+        zero, offsets, causal, chunk = ctx.window
+        b, h, _, _ = fq.shape
+        lk = fk.shape[2]
         acc = accumulation_dtype(v.dtype)
-        fq, fk, v = (x.contiguous() for x in (fq, fk, v))
+        go = window_launch(fq, fk, v, s, log_coeff, zero, offsets, causal=causal, chunk=chunk)
+        fq, fk, v, s_arg, table = go.inputs
         d_num, d_den = d_num.to(acc).contiguous(), d_den.to(acc).contiguous()
-        table = log_coeff.detach().to(device=v.device, dtype=acc).contiguous()
-        s_arg = fq if s is None else s.to(acc).contiguous()  # (never read without HAS_S)
-        c, block_m, block_v = scan_tiles(m, dv, chunk)
-        common = (lq, lk, m, dv, h, table.shape[-1], zero, lo, hi)
-        sizes = dict(CAUSAL=causal, HAS_S=s is not None, BQ=c, BK=c, BM=block_m, BDV=block_v,
-                     PRECISION=dot_precision(v.dtype), ACC=acc_type(v.dtype),
-                     num_stages=SCAN_STAGES)  # fmt: skip
         dq = dk = d_v = ds = db = None
         # an input stands in for a gradient that is not wanted: the kernels never write it
         if need_q or need_b:
             dq = torch.empty_like(fq) if need_q else fq
             db = torch.zeros(b, h, table.shape[-1], dtype=acc, device=v.device)
-            _window_dq[(b * h, triton.cdiv(lq, c))](
-                fq, fk, v, s_arg, table, top, d_num, d_den, dq, db, *common,
-                WANT_Q=need_q, WANT_B=need_b, BD=2 * c, **sizes,
+            _window_dq[go.grid_q](
+                *go.inputs, top, d_num, d_den, dq, db, *go.scalars,
+                WANT_Q=need_q, WANT_B=need_b, BD=2 * go.chunk, **go.meta,
             )  # fmt: skip
         if need_k or need_v or need_s:
             dk = torch.empty_like(fk) if need_k else fk
             d_v = torch.empty_like(v) if need_v else v
             ds = torch.empty(b, h, lk, dtype=acc, device=v.device) if need_s else s_arg
-            _window_dkv[(b * h, triton.cdiv(lk, c))](
-                fq, fk, v, s_arg, table, top, d_num, d_den, dk, d_v, ds, *common,
-                WANT_K=need_k, WANT_S=need_s, WANT_V=need_v, **sizes,
+            _window_dkv[go.grid_k](
+                *go.inputs, top, d_num, d_den, dk, d_v, ds, *go.scalars,
+                WANT_K=need_k, WANT_S=need_s, WANT_V=need_v, **go.meta,
             )  # fmt: skip
         return (
             dq if need_q else None,
