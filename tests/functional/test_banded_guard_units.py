@@ -8,6 +8,7 @@ import torch
 
 from kattn.functional import banded_linear_attention
 from kattn.functional.banded import banded_log_coefficients
+from kattn.functional.banded_decoding import banded_init_state, banded_step
 from kattn.functional.linear import linear_attention_reference
 from kattn.functional.toeplitz import toeplitz_dense
 
@@ -54,3 +55,28 @@ def test_each_query_is_guarded_in_its_own_units(lq, lk, causal, padded, scaled):
         fq, fk, v, log_coeff, left, causal=causal, k_log_scale=s, key_padding_mask=pad
     )
     assert_close(out, _truth(fq, fk, v, log_coeff, left, s, pad, causal))
+
+
+@pytest.mark.parametrize("scaled", [False, True], ids=["unscaled", "scaled"])
+def test_decoding_steps_are_guarded_in_each_tokens_own_units(scaled):
+    """The decoding step sums in the same shared units as the causal path (the past's largest
+    coefficient and the largest key log-scale so far), so it measures the guard the same way."""
+    fq, fk, v = _inputs(24, 24)
+    left = 4
+    log_coeff = torch.full((H, left + 5), -30.0, dtype=torch.float64)
+    log_coeff[:, left] = 0.0
+    log_coeff[:, 0] = 20.0  # the far field, empty for the first `left` tokens
+    s = torch.zeros(2, H, 24, dtype=torch.float64)
+    if scaled:
+        s[:, :, 0] = 30.0
+    state = banded_init_state(2, H, 6, dtype=torch.float64)
+    outs = []
+    for t in range(24):
+        one = slice(t, t + 1)
+        out, state = banded_step(
+            fq[:, :, one], fk[:, :, one], v[:, :, one], state, log_coeff, left,
+            k_log_scale=s[:, :, one],
+        )  # fmt: skip
+        outs.append(out)
+    truth = _truth(fq, fk, v, log_coeff, left, s if scaled else None, None, True)
+    assert_close(torch.cat(outs, dim=2), truth)

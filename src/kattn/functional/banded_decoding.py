@@ -95,15 +95,17 @@ def banded_step(
     values = torch.cat([values.to(fq.dtype), v32], dim=2)
     log_scales = torch.cat([log_scales.to(fq.dtype), s], dim=2)
     w = keys.shape[2]
-    past = log_coeff[:, : left + 1].to(fq.dtype)  # offsets −left…0, shifted (it cancels)
-    past = past - past.detach().amax(dim=-1, keepdim=True)
-    # one offset for the window and the far sums: the largest log-scale of either
-    top = torch.maximum(far.offset, log_scales.detach().amax(dim=-1))  # (B, H)
-    weights = (fq @ keys.transpose(-1, -2))[:, :, 0]  # (B, H, w)
-    weights = weights * torch.exp(past[:, left + 1 - w :] + log_scales - top[..., None])
+    past = log_coeff[:, : left + 1].to(fq.dtype)  # offsets −left…0
+    # each key's log-weight c_{j−t} + s_j: the window's, and the far sums' at their offset
+    near = past[:, left + 1 - w :] + log_scales  # (B, H, w)
+    far_log = past[:, 0] + far.offset  # (B, H)
+    # the sums in this token's own units (its largest weight), where the guard is measured,
+    # as in the causal path
+    top = torch.maximum(far_log, near.amax(dim=-1)).detach()
+    weights = (fq @ keys.transpose(-1, -2))[:, :, 0] * torch.exp(near - top[..., None])
     num = (weights[:, :, None, :] @ values)[:, :, 0]  # (B, H, Dv)
     den = weights.sum(dim=-1, keepdim=True)
-    to_top = exp_nonpositive(far.offset - top)[..., None] * past[:, 0].exp()[:, None]
+    to_top = exp_nonpositive(far_log - top)[..., None]
     num = num + to_top * (fq @ far.kv)[:, :, 0]
     den = den + to_top * (fq @ far.k_sum[..., None])[:, :, 0]
     out = (num / guard_normaliser(den, eps))[:, :, None].to(v.dtype)
