@@ -170,13 +170,14 @@ from .synthesizer import (
     synthesizer_attention_reference,
 )
 from .toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense, toeplitz_matmul
-from .toeplitz2d import rpe2d_linear_attention_fft, toeplitz2d_dense_log
+from .toeplitz2d import GridRows, rpe2d_linear_attention_fft, toeplitz2d_dense_log
 
 __all__ = [
     "BandedState",
     "BigBirdLayout",
     "DenseRows",
     "DenseWeights",
+    "GridRows",
     "InformerSample",
     "KVCache",
     "LinearState",

@@ -33,6 +33,7 @@ from .numerics import (
     DEFAULT_EPS,
     delayed,
     exp_nonpositive,
+    guard_in_units,
     guard_normaliser,
     key_scales,
     log_floor,
@@ -187,13 +188,8 @@ def banded_linear_attention(
     # below eps in the shared units can tell apart
     if bool((den.detach().abs() < eps).any()):
         units = _row_log_units(log_coeff, left, s, key_padding_mask, lq, lk, causal)
-        guard = eps * torch.exp(units.clamp(-_UNITS_FLOOR, 0.0))[..., None]
+        guard = guard_in_units(eps, units)
     return (num / guard_normaliser(den, guard)).to(v.dtype)
-
-
-#: how far (nats) below the shared units a query's own units are followed; beyond, fp32 sums
-#: would be subnormal anyway
-_UNITS_FLOOR = 60.0
 
 
 def _row_log_units(

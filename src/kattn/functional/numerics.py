@@ -71,6 +71,18 @@ def exp_nonpositive_(x: Tensor) -> Tensor:
     return x.clamp_(exp_floor(x.dtype), 0.0).exp_()
 
 
+#: how far (nats) below the units of shared sums the normaliser guard follows a query's own
+#: units; beyond, fp32 sums would be subnormal anyway
+GUARD_UNITS_FLOOR = 60.0
+
+
+def guard_in_units(eps: float, log_units: Tensor) -> Tensor:
+    """The guard ``eps`` measured in each query's own units: ``eps · exp(u)`` ``(..., L, 1)``
+    for ``log_units`` ``u (..., L)``, each query's units less those of the sums (<= 0,
+    followed down to :data:`GUARD_UNITS_FLOOR`)."""
+    return eps * torch.exp(log_units.clamp(-GUARD_UNITS_FLOOR, 0.0))[..., None]
+
+
 def guard_normaliser(den: Tensor, eps: float | Tensor) -> Tensor:
     """Keep ``|den| >= eps`` with its sign, so the ratio never divides by zero (``eps`` a
     number, or a tensor broadcasting against ``den``: one per row)."""

@@ -19,24 +19,40 @@ absolute round-off of about ``1e-7 × the largest coefficient × feature`` in fp
 own size. In causal mode that would let future keys leak into early positions, whose sums are
 small, at a relative level near 1e-4; so causal products run in fp64 by default (2.3× the
 fp32 time on the 2-core CPU at L=16384, M=32: 920 vs 401 ms) and non-causal ones in fp32
-(``fft_dtype`` chooses). The banded and decay paths (:mod:`kattn.functional.banded`,
-:mod:`kattn.functional.decay`) are exact.
+(``fft_dtype`` chooses). Beyond round-off, the sums share one set of units (the largest
+coefficient and key log-scale), so:
+
+* the normaliser guard is measured in each query's own units (its largest visible coefficient
+  plus the largest key log-scale it sees), never in units a query does not see;
+* causal queries whose own units lie more than a quarter of the dtype's digits below the
+  shared ones (9 nats in fp64) — a prefix, behind a heavier key or coefficient still to come —
+  are recomputed on that prefix alone, where the heavier keys are absent (exactly in blocks
+  when short), so no future key sets their precision.
+
+The banded and decay paths (:mod:`kattn.functional.banded`, :mod:`kattn.functional.decay`)
+are exact.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
 
 from .numerics import (
     DEFAULT_EPS,
+    guard_in_units,
     guard_normaliser,
+    log_floor,
     prepare_linear_inputs,
     scaled_key_features,
 )
+from .rpe_blocked import RowLogCoefficients, ToeplitzRows, rpe_linear_attention_blocked
 
 #: default bound on the real elements of one block of FFT channels (2^24: 64 MiB in fp32).
 DEFAULT_MAX_BLOCK_ELEMENTS = 1 << 24
@@ -232,11 +248,46 @@ def rpe_linear_attention_fft(
     """
     fq, fk, v32, s = prepare_linear_inputs(phi_q, phi_k, v, k_log_scale, key_padding_mask)
     fq, fk, v32, s = in_fft_dtype(fq, fk, v32, s, causal, fft_dtype)
-    b, h, lq, _ = fq.shape
-    lk = fk.shape[2]
+    lq, lk = fq.shape[2], fk.shape[2]
     if causal and lq != lk:
         raise ValueError(f"causal attention needs Lq == Lk, got Lq={lq}, Lk={lk}")
-    coeff = shifted_coefficients(log_coeff.to(fq.dtype), lq, causal)  # (H, Lq+Lk−1)
+    if log_coeff.shape[-1] != lq + lk - 1:
+        raise ValueError(
+            f"coefficients must cover Lq + Lk − 1 = {lq + lk - 1} offsets, "
+            f"got {log_coeff.shape[-1]}"
+        )
+    options = _Options(eps, convex, max_block_elements)
+    log_coeff = log_coeff.to(fq.dtype)
+    if causal:
+        out = _causal_attention(fq, fk, v32, s, log_coeff, key_padding_mask, options)
+    else:
+        units = query_log_units(log_coeff, s, lq, lk, causal=False)
+        out = _fft_attention(fq, fk, v32, s, log_coeff, False, key_padding_mask, units, options)
+    return out.to(v.dtype)
+
+
+class _Options(NamedTuple):
+    eps: float
+    convex: bool
+    max_block_elements: int
+
+
+def _fft_attention(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    log_coeff: Tensor,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+    units: Tensor,
+    options: _Options,
+) -> Tensor:
+    """Algorithm 1 on prepared inputs: one FFT of the shifted coefficients, the sums in units
+    shared by all queries, the guard in each query's (``units``, see :func:`query_log_units`)."""
+    b, h, lq, _ = fq.shape
+    lk = fk.shape[2]
+    coeff = shifted_coefficients(log_coeff, lq, causal)  # (H, Lq+Lk−1)
     n = fft_length(lq + lk - 1)
     spectrum = torch.fft.rfft(circulant_embedding(coeff, lq, lk, n), n=n)  # (H, F)
     spectrum = spectrum.expand(b, h, -1).reshape(b * h, 1, 1, -1)
@@ -246,11 +297,116 @@ def rpe_linear_attention_fft(
             ..., :lq
         ]
 
-    out = transformed_attention(
-        fq, fk, v32, s, apply, n, eps=eps, convex=convex, key_padding_mask=key_padding_mask,
-        max_block_elements=max_block_elements,
+    return transformed_attention(
+        fq, fk, v, s, apply, n, eps=guard_in_units(options.eps, units), convex=options.convex,
+        key_padding_mask=key_padding_mask, max_block_elements=options.max_block_elements,
     )  # fmt: skip
-    return out.to(v.dtype)
+
+
+#: below this many queries, a causal prefix is recomputed by the exact blocked form (cheaper
+#: than an FFT there on the 2-core CPU, see docs/rpe.md)
+_BLOCKED_PREFIX = 2048
+
+
+def _causal_attention(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    log_coeff: Tensor,
+    key_padding_mask: Tensor | None,
+    options: _Options,
+) -> Tensor:
+    """Causal Algorithm 1 where no future key sets a query's precision: the FFT's sums are in
+    units of the largest key log-scale and past coefficient of the whole sequence, so the
+    queries whose own units (:func:`query_log_units`) lie more than a quarter of the dtype's
+    digits below them — a prefix, as both maxima only grow — are recomputed on that prefix
+    alone (by FFT again, or exactly in blocks when short), where the heavier keys are absent."""
+    length = fq.shape[2]
+    units = query_log_units(log_coeff, s, length, length, causal=True)
+    out = _fft_attention(fq, fk, v, s, log_coeff, True, key_padding_mask, units, options)
+    below, p = imprecise_prefix(units, fq.dtype)
+    if p == 0:
+        return out
+    keep = (fq[:, :, :p], fk[:, :, :p], v[:, :, :p], None if s is None else s[:, :, :p])
+    coeff = log_coeff[:, length - p : length + p - 1]  # offsets −(p−1)…p−1
+    mask = None if key_padding_mask is None else key_padding_mask[:, :p]
+    if p <= _BLOCKED_PREFIX:
+        head = exact_causal(*keep, ToeplitzRows(coeff, p), mask, options.eps, options.convex)
+    else:
+        head = _causal_attention(*keep, coeff, mask, options)
+    return with_prefix(out, below, head)
+
+
+def imprecise_prefix(units: Tensor, dtype: torch.dtype) -> tuple[Tensor, int]:
+    """The causal queries whose units ``units (B or 1, H, L)`` (non-decreasing along L) lie
+    more than a quarter of ``dtype``'s digits below the sums' (their round-off grows as
+    ``exp(−units)``), and the length of the longest such prefix (one sync)."""
+    below = units < -math.log(1.0 / torch.finfo(dtype).eps) / 4
+    return below, int(below.sum(dim=-1).max())
+
+
+def exact_causal(
+    fq: Tensor,
+    fk: Tensor,
+    v: Tensor,
+    s: Tensor | None,
+    rows: RowLogCoefficients,
+    key_padding_mask: Tensor | None,
+    eps: float,
+    convex: bool,
+) -> Tensor:
+    """Causal attention of prepared inputs, exact in blocks of queries (each in its own
+    units), clamped to the values' range when ``convex``."""
+    out = rpe_linear_attention_blocked(fq, fk, v, rows, causal=True, k_log_scale=s, eps=eps)
+    return clamp_to_value_range(out, v, key_padding_mask) if convex else out
+
+
+def with_prefix(out: Tensor, below: Tensor, head: Tensor) -> Tensor:
+    """``out`` with the queries ``below`` of its first ``p`` taken from ``head (B, H, p, ·)``."""
+    p = head.shape[2]
+    head = torch.where(below[:, :, :p, None], head, out[:, :, :p])
+    return torch.cat([head, out[:, :, p:]], dim=2)
+
+
+def query_log_units(
+    log_coeff: Tensor, s: Tensor | None, lq: int, lk: int, *, causal: bool
+) -> Tensor:
+    """``(B or 1, H, Lq)``: a bound from above on the largest weight ``b_{j−i} + s_j`` each
+    query sees — its largest visible coefficient plus the largest key log-scale (causal: so
+    far) — less the units of the FFT's sums (the largest coefficient in use plus the largest
+    key log-scale), so ``<= 0``."""
+    log_coeff = log_coeff.detach()
+    if causal:  # offsets 0, −1, …, −i
+        seen = log_coeff[:, :lq].flip(-1).cummax(dim=-1).values
+    else:  # offsets −i…lk−1−i: a window of lk, starting at lq−1−i
+        seen = sliding_max(log_coeff, lk).flip(-1)
+    units = (seen - seen.amax(dim=-1, keepdim=True))[None]
+    if s is not None and causal:
+        units = units + running_key_units(s)
+    return units
+
+
+def running_key_units(s: Tensor) -> Tensor:
+    """``(B, H, L)``: the largest key log-scale up to each position less the largest of all
+    (<= 0; finite where only keys at the floor, padding, came before)."""
+    s = s.detach()
+    top = s.amax(dim=-1, keepdim=True)
+    return (s.cummax(dim=-1).values - top).clamp_min(log_floor(s.dtype) / 2)
+
+
+def sliding_max(x: Tensor, width: int) -> Tensor:
+    """``(..., n − width + 1)``: the maxima of the windows ``x[..., t : t + width]`` in
+    O(n), from running maxima within blocks of ``width`` (van Herk 1992; Gil & Werman 1993):
+    a window spans at most two blocks."""
+    n = x.shape[-1]
+    blocks = -(-n // width)
+    padded = F.pad(x, (0, blocks * width - n), value=log_floor(x.dtype))
+    tiles = padded.unflatten(-1, (blocks, width))
+    ahead = tiles.cummax(dim=-1).values.flatten(-2)  # block start … t
+    behind = tiles.flip(-1).cummax(dim=-1).values.flip(-1).flatten(-2)  # t … block end
+    starts = n - width + 1
+    return torch.maximum(behind[..., :starts], ahead[..., width - 1 : width - 1 + starts])
 
 
 def transformed_attention(
@@ -261,7 +417,7 @@ def transformed_attention(
     apply: Callable[[Tensor, slice], Tensor],
     transform_size: int,
     *,
-    eps: float,
+    eps: float | Tensor,
     convex: bool,
     key_padding_mask: Tensor | None,
     max_block_elements: int,
@@ -269,7 +425,8 @@ def transformed_attention(
     """The ratio ``φ(q)·T(φ(k) ⊗ v) / φ(q)·T(φ(k))`` for prepared inputs ``(B, H, L, ·)`` and
     a sequence operator ``apply`` (see :func:`weighted_kernel_sums`); keys are scaled by
     their log-scales ``s`` (one shift per row), outputs optionally clamped to the values'
-    range (``convex``). Returns ``(B, H, Lq, Dv)`` in the inputs' dtype."""
+    range (``convex``); ``eps`` guards the normaliser (a number, or one per query ``(B or 1, H,
+    Lq, 1)``). Returns ``(B, H, Lq, Dv)`` in the inputs' dtype."""
     b, h, lq, m = fq.shape
     lk = fk.shape[2]
     num, den = weighted_kernel_sums(
@@ -280,5 +437,7 @@ def transformed_attention(
         transform_size=transform_size,
         max_block_elements=max_block_elements,
     )
+    if isinstance(eps, Tensor):
+        eps = eps.expand(b, h, lq, 1).reshape(b * h, lq, 1)
     out = (num / guard_normaliser(den, eps)).reshape(b, h, lq, -1)
     return clamp_to_value_range(out, v, key_padding_mask) if convex else out

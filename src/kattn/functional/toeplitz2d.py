@@ -13,14 +13,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .numerics import DEFAULT_EPS, prepare_linear_inputs
+from .numerics import DEFAULT_EPS, guard_in_units, prepare_linear_inputs
+from .rpe_blocked import RowLogCoefficients
 from .toeplitz import (
     DEFAULT_MAX_BLOCK_ELEMENTS,
     circulant_embedding,
+    exact_causal,
     fft_length,
+    imprecise_prefix,
     in_fft_dtype,
+    running_key_units,
     spectral_product,
     transformed_attention,
+    with_prefix,
 )
 
 
@@ -79,7 +84,7 @@ def rpe2d_linear_attention_fft(
             f"2-D relative positions need Lq = Lk = h·w = {h * w} for grid {grid}, "
             f"got Lq={length}, Lk={fk.shape[2]}"
         )
-    log_bias = log_bias.to(fq.dtype)
+    log_bias = log_bias_given = log_bias.to(fq.dtype)
     if causal:
         log_bias = log_bias.masked_fill(future_offsets2d(grid, log_bias.device), float("-inf"))
     coeff = torch.exp(log_bias - log_bias.detach().amax(dim=(-2, -1), keepdim=True))
@@ -95,8 +100,44 @@ def rpe2d_linear_attention_fft(
         )
         return y[..., :h, :w].reshape(x.shape)
 
+    # causal: the sums are in units of the largest key log-scale of all; the guard is measured
+    # in units of the keys so far, so that no future key sets it
+    units = None if s is None or not causal else running_key_units(s)
     out = transformed_attention(
-        fq, fk, v32, s, apply, nh * nw, eps=eps, convex=convex,
-        key_padding_mask=key_padding_mask, max_block_elements=max_block_elements,
+        fq, fk, v32, s, apply, nh * nw, eps=eps if units is None else guard_in_units(eps, units),
+        convex=convex, key_padding_mask=key_padding_mask, max_block_elements=max_block_elements,
     )  # fmt: skip
+    if units is not None and s is not None:
+        # cells whose keys so far lie far below the largest key: their round-off would scale
+        # with a future key, so they are recomputed exactly (a prefix in row-major order)
+        below, p = imprecise_prefix(units, fq.dtype)
+        if p > 0:
+            mask = None if key_padding_mask is None else key_padding_mask[:, :p]
+            keep = (fq[:, :, :p], fk[:, :, :p], v32[:, :, :p], s[:, :, :p])
+            rows = GridRows(log_bias_given, grid)
+            out = with_prefix(out, below, exact_causal(*keep, rows, mask, eps, convex))
     return out.to(v.dtype)
+
+
+class GridRows(RowLogCoefficients):
+    """Rows of the 2-D relative bias ``b[r_j − r_i, c_j − c_i]`` of a log-bias ``(H, 2h−1,
+    2w−1)`` for the cells of an ``h×w`` grid in row-major order, gathered block by block
+    (nothing of size L² is formed)."""
+
+    def __init__(self, log_bias: Tensor, grid: tuple[int, int]):
+        super().__init__(log_bias)
+        self.grid = grid
+
+    def _offsets(self, i0: int, i1: int, kv: int, device: torch.device) -> Tensor:
+        """``(r, kv)``: the flat index of ``(Δrow, Δcol)`` of queries i0..i1−1, keys < kv."""
+        h, w = self.grid
+        i = torch.arange(i0, i1, device=device)[:, None]
+        j = torch.arange(kv, device=device)[None, :]
+        return (j // w - i // w + h - 1) * (2 * w - 1) + (j % w - i % w + w - 1)
+
+    def block(self, coeff: Tensor, i0: int, i1: int, kv: int) -> Tensor:
+        return coeff.flatten(1)[:, self._offsets(i0, i1, kv, coeff.device)]
+
+    def add_block_grad(self, grad_coeff: Tensor, grad: Tensor, i0: int, i1: int) -> None:
+        flat = self._offsets(i0, i1, grad.shape[-1], grad.device).flatten()
+        grad_coeff.view(grad_coeff.shape[0], -1).index_add_(1, flat, grad.flatten(1))

@@ -10,9 +10,10 @@ from torch import Tensor, nn
 
 from ..checks import is_positive_int
 from ..functional.banded_decoding import BandedState
-from ..functional.rpe_blocked import DenseRows, RowLogCoefficients
+from ..functional.rpe_blocked import RowLogCoefficients
 from ..functional.toeplitz import fft_length
 from ..functional.toeplitz2d import (
+    GridRows,
     rpe2d_linear_attention_fft,
     toeplitz2d_dense_log,
 )
@@ -107,7 +108,8 @@ class Toeplitz2dBias(WindowDecoding, RelativePositionBias):
         return toeplitz2d_dense_log(self.bias, self.grid)
 
     def row_log_coefficients(self, lq: int, lk: int) -> RowLogCoefficients:
-        return DenseRows(self.dense_log(lq, lk))
+        self.check_lengths(lq, lk)
+        return GridRows(self.bias, self.grid)
 
     def log_between(self, queries: Tensor, keys: Tensor) -> Tensor:
         """``(H, Q, K)``: ``b[r_j − r_i, c_j − c_i]`` of the cells ``queries (Q,)`` and
