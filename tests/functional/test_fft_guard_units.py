@@ -50,12 +50,12 @@ def _heavy_keys(length, where, nats):
     return s.requires_grad_()
 
 
-@pytest.mark.parametrize("blocked_prefix", [2048, 0], ids=["exact-prefix", "fft-prefix"])
+@pytest.mark.parametrize("blocked", [True, False], ids=["exact-prefix", "fft-prefix"])
 @pytest.mark.parametrize("padded", [False, True], ids=["", "padded"])
-def test_causal_heavy_future_keys_set_no_earlier_query(monkeypatch, blocked_prefix, padded):
+def test_causal_heavy_future_keys_set_no_earlier_query(monkeypatch, blocked, padded):
     """Keys e^20 and e^40 heavier than the first ones arrive later: the queries before them
     get their exact outputs and gradients (the prefix recomputed by FFT or exactly)."""
-    monkeypatch.setattr(toeplitz_module, "_BLOCKED_PREFIX", blocked_prefix)
+    monkeypatch.setattr(toeplitz_module, "prefer_blocked", lambda *a, **kw: blocked)
     fq, fk, v = (x.requires_grad_() for x in _inputs(30))
     s = _heavy_keys(30, [], 0.0)
     with torch.no_grad():

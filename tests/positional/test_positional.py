@@ -137,7 +137,7 @@ def test_auto_method_picks_dense_for_small_problems_and_fft_beyond(monkeypatch):
             attn.rpe, name, lambda *a, _o=original, _n=name, **kw: calls.append(_n) or _o(*a, **kw)
         )
     small = attn(q, k, v)
-    monkeypatch.setattr(base, "blocked_is_cheaper", lambda *a, **kw: False)
+    monkeypatch.setattr(base, "prefer_blocked", lambda *a, **kw: False)
     large = attn(q, k, v)
     assert calls == ["_attend_dense", "_attend_fft"]
     assert_close(small, large)

@@ -333,3 +333,26 @@ def blocked_is_cheaper(
     blocked = rows * lq * lk * (m + dv + 1 + BLOCKED_ENTRY_OVERHEAD) * (0.5 if causal else 1.0)
     fft = rows * m * (dv + 1) * fft_points * math.log2(max(2, fft_points)) * FFT_POINT_COST
     return blocked <= fft * (2.0 if causal else 1.0)
+
+
+#: off the CPU, :func:`prefer_blocked` takes the blocked form up to this many kernel entries
+#: (B·H·Lq·Lk) and the FFT beyond
+AUTO_DENSE_ELEMENTS = 1 << 22
+
+
+def prefer_blocked(
+    rows: int,
+    lq: int,
+    lk: int,
+    m: int,
+    dv: int,
+    fft_points: int,
+    *,
+    causal: bool,
+    device: torch.device,
+) -> bool:
+    """Whether to take the blocked exact form rather than the FFT: on the CPU by the cost
+    model of :func:`blocked_is_cheaper`, elsewhere up to :data:`AUTO_DENSE_ELEMENTS` entries."""
+    if device.type != "cpu":
+        return rows * lq * lk <= AUTO_DENSE_ELEMENTS
+    return blocked_is_cheaper(rows, lq, lk, m, dv, fft_points, causal=causal)

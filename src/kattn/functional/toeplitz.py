@@ -27,7 +27,7 @@ coefficient and key log-scale), so:
 * causal queries whose own units lie more than a quarter of the dtype's digits below the
   shared ones (9 nats in fp64) — a prefix, behind a heavier key or coefficient still to come —
   are recomputed on that prefix alone, where the heavier keys are absent (exactly in blocks
-  when short), so no future key sets their precision.
+  where that is cheaper), so no future key sets their precision.
 
 The banded and decay paths (:mod:`kattn.functional.banded`, :mod:`kattn.functional.decay`)
 are exact.
@@ -52,7 +52,12 @@ from .numerics import (
     prepare_linear_inputs,
     scaled_key_features,
 )
-from .rpe_blocked import RowLogCoefficients, ToeplitzRows, rpe_linear_attention_blocked
+from .rpe_blocked import (
+    RowLogCoefficients,
+    ToeplitzRows,
+    prefer_blocked,
+    rpe_linear_attention_blocked,
+)
 
 #: default bound on the real elements of one block of FFT channels (2^24: 64 MiB in fp32).
 DEFAULT_MAX_BLOCK_ELEMENTS = 1 << 24
@@ -303,11 +308,6 @@ def _fft_attention(
     )  # fmt: skip
 
 
-#: below this many queries, a causal prefix is recomputed by the exact blocked form (cheaper
-#: than an FFT there on the 2-core CPU, see docs/rpe.md)
-_BLOCKED_PREFIX = 2048
-
-
 def _causal_attention(
     fq: Tensor,
     fk: Tensor,
@@ -321,7 +321,8 @@ def _causal_attention(
     units of the largest key log-scale and past coefficient of the whole sequence, so the
     queries whose own units (:func:`query_log_units`) lie more than a quarter of the dtype's
     digits below them — a prefix, as both maxima only grow — are recomputed on that prefix
-    alone (by FFT again, or exactly in blocks when short), where the heavier keys are absent."""
+    alone (by FFT again, or exactly in blocks where that is cheaper), where the heavier keys
+    are absent."""
     length = fq.shape[2]
     units = query_log_units(log_coeff, s, length, length, causal=True)
     out = _fft_attention(fq, fk, v, s, log_coeff, True, key_padding_mask, units, options)
@@ -331,7 +332,9 @@ def _causal_attention(
     keep = (fq[:, :, :p], fk[:, :, :p], v[:, :, :p], None if s is None else s[:, :, :p])
     coeff = log_coeff[:, length - p : length + p - 1]  # offsets −(p−1)…p−1
     mask = None if key_padding_mask is None else key_padding_mask[:, :p]
-    if p <= _BLOCKED_PREFIX:
+    b, h, _, m = fq.shape
+    points = fft_length(2 * p - 1)
+    if prefer_blocked(b * h, p, p, m, v.shape[-1], points, causal=True, device=fq.device):
         head = exact_causal(*keep, ToeplitzRows(coeff, p), mask, options.eps, options.convex)
     else:
         head = _causal_attention(*keep, coeff, mask, options)

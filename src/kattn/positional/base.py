@@ -15,14 +15,10 @@ from ..functional.numerics import DEFAULT_EPS
 from ..functional.rpe_blocked import (
     RowLogCoefficients,
     ToeplitzRows,
-    blocked_is_cheaper,
+    prefer_blocked,
     rpe_linear_attention_blocked,
 )
 from ..functional.toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense
-
-#: off the CPU, ``method="auto"`` uses the dense O(Lq·Lk) form up to this many kernel entries
-#: (B·H·Lq·Lk) and the FFT beyond; on the CPU a cost model decides (see ``_auto_method``)
-AUTO_DENSE_ELEMENTS = 1 << 22
 
 
 class RelativePositionBias(Aggregator):
@@ -142,14 +138,13 @@ class RelativePositionBias(Aggregator):
     def _auto_method(self, phi_q: Tensor, phi_k: Tensor, v: Tensor, causal: bool) -> str:
         """``"dense"`` (the blocked exact form) or ``"fft"``, whichever should be faster: on
         the CPU by a cost model of both (the FFT wins only for long sequences with few
-        features), elsewhere the dense form up to AUTO_DENSE_ELEMENTS kernel entries."""
+        features), elsewhere the dense form up to a number of kernel entries (see
+        :func:`~kattn.functional.rpe_blocked.prefer_blocked`)."""
         b, h, lq, m = phi_q.shape
         lk, dv = phi_k.shape[2], v.shape[-1]
-        if phi_q.device.type != "cpu":
-            return "dense" if b * h * lq * lk <= AUTO_DENSE_ELEMENTS else "fft"
         points = self.fft_points(lq, lk)
-        cheaper = blocked_is_cheaper(b * h, lq, lk, m, dv, points, causal=causal)
-        return "dense" if cheaper else "fft"
+        dense = prefer_blocked(b * h, lq, lk, m, dv, points, causal=causal, device=phi_q.device)
+        return "dense" if dense else "fft"
 
     def _attend_dense(
         self,
