@@ -71,6 +71,25 @@ def test_causal_heavy_future_keys_set_no_earlier_query(monkeypatch, blocked, pad
     _check(out, _truth(fq, fk, v, coeff, s, True, mask), fq, fk, v, s, log_c)
 
 
+def test_coefficients_growing_with_distance_take_a_bounded_number_of_ffts(monkeypatch):
+    """Each query's own units lie 1 nat per position below the next one's: every prefix is
+    all but a few queries, so the recompute stops after a bounded number of FFTs and finishes
+    exactly in blocks."""
+    monkeypatch.setattr(toeplitz_module, "prefer_blocked", lambda *a, **kw: False)
+    ffts = []
+    real = toeplitz_module._fft_attention
+    monkeypatch.setattr(
+        toeplitz_module, "_fft_attention", lambda *a, **kw: ffts.append(1) or real(*a, **kw)
+    )
+    fq, fk, v = (x.requires_grad_() for x in _inputs(40))
+    log_c = (-torch.arange(-39.0, 40.0, dtype=torch.float64).clamp_max(0.0)).repeat(H, 1)
+    log_c.requires_grad_()
+    out = rpe_linear_attention_fft(fq, fk, v, log_c, causal=True)
+    assert len(ffts) == 1 + toeplitz_module._FFT_PREFIXES
+    coeff = toeplitz_dense(log_c.exp(), 40, 40)
+    _check(out, _truth(fq, fk, v, coeff, None, True), fq, fk, v, log_c)
+
+
 def test_causal_outputs_do_not_move_with_a_future_key():
     fq, fk, v = _inputs(24)
     log_c = torch.randn(H, 47, dtype=torch.float64, generator=torch.Generator().manual_seed(2))

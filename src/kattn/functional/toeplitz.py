@@ -308,6 +308,11 @@ def _fft_attention(
     )  # fmt: skip
 
 
+#: FFTs of ever shorter prefixes at most, before the rest is recomputed exactly in blocks:
+#: coefficients that grow with distance would otherwise shrink each prefix by a few queries
+_FFT_PREFIXES = 3
+
+
 def _causal_attention(
     fq: Tensor,
     fk: Tensor,
@@ -316,13 +321,14 @@ def _causal_attention(
     log_coeff: Tensor,
     key_padding_mask: Tensor | None,
     options: _Options,
+    prefixes: int = 0,
 ) -> Tensor:
     """Causal Algorithm 1 where no future key sets a query's precision: the FFT's sums are in
     units of the largest key log-scale and past coefficient of the whole sequence, so the
     queries whose own units (:func:`query_log_units`) lie more than a quarter of the dtype's
     digits below them — a prefix, as both maxima only grow — are recomputed on that prefix
-    alone (by FFT again, or exactly in blocks where that is cheaper), where the heavier keys
-    are absent."""
+    alone (by FFT again, or exactly in blocks where that is cheaper or after
+    :data:`_FFT_PREFIXES` FFTs), where the heavier keys are absent."""
     length = fq.shape[2]
     units = query_log_units(log_coeff, s, length, length, causal=True)
     out = _fft_attention(fq, fk, v, s, log_coeff, True, key_padding_mask, units, options)
@@ -334,10 +340,11 @@ def _causal_attention(
     mask = None if key_padding_mask is None else key_padding_mask[:, :p]
     b, h, _, m = fq.shape
     points = fft_length(2 * p - 1)
-    if prefer_blocked(b * h, p, p, m, v.shape[-1], points, causal=True, device=fq.device):
+    blocked = prefer_blocked(b * h, p, p, m, v.shape[-1], points, causal=True, device=fq.device)
+    if blocked or prefixes >= _FFT_PREFIXES:
         head = exact_causal(*keep, ToeplitzRows(coeff, p), mask, options.eps, options.convex)
     else:
-        head = _causal_attention(*keep, coeff, mask, options)
+        head = _causal_attention(*keep, coeff, mask, options, prefixes + 1)
     return with_prefix(out, below, head)
 
 
