@@ -9,7 +9,8 @@ import torch
 from kattn.functional import toeplitz as toeplitz_module
 from kattn.functional.linear import linear_attention_reference
 from kattn.functional.rpe_blocked import DenseRows, rpe_linear_attention_blocked
-from kattn.functional.toeplitz import rpe_linear_attention_fft, sliding_max, toeplitz_dense
+from kattn.functional.rpe_units import sliding_max
+from kattn.functional.toeplitz import rpe_linear_attention_fft, toeplitz_dense
 from kattn.functional.toeplitz2d import (
     GridRows,
     rpe2d_linear_attention_fft,

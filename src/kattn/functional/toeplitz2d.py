@@ -15,17 +15,15 @@ from torch import Tensor
 
 from .numerics import DEFAULT_EPS, guard_in_units, prepare_linear_inputs
 from .rpe_blocked import RowLogCoefficients
+from .rpe_units import imprecise_prefix, running_key_units, with_prefix
 from .toeplitz import (
     DEFAULT_MAX_BLOCK_ELEMENTS,
     circulant_embedding,
     exact_causal,
     fft_length,
-    imprecise_prefix,
     in_fft_dtype,
-    running_key_units,
     spectral_product,
     transformed_attention,
-    with_prefix,
 )
 
 
@@ -102,12 +100,12 @@ def rpe2d_linear_attention_fft(
 
     # causal: the sums are in units of the largest key log-scale of all; the guard is measured
     # in units of the keys so far, so that no future key sets it
-    units = None if s is None or not causal else running_key_units(s)
+    units = running_key_units(s) if causal and s is not None else None
     out = transformed_attention(
         fq, fk, v32, s, apply, nh * nw, eps=eps if units is None else guard_in_units(eps, units),
         convex=convex, key_padding_mask=key_padding_mask, max_block_elements=max_block_elements,
     )  # fmt: skip
-    if units is not None and s is not None:
+    if units is not None and s is not None:  # (s: for the type checker)
         # cells whose keys so far lie far below the largest key: their round-off would scale
         # with a future key, so they are recomputed exactly (a prefix in row-major order)
         below, p = imprecise_prefix(units, fq.dtype)
