@@ -1,5 +1,7 @@
 """kattn.MultiheadAttention as a drop-in for torch.nn.MultiheadAttention."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -147,3 +149,35 @@ def test_key_and_value_must_agree_with_the_query_in_batch_and_length():
         mha(q, k, k)
     with pytest.raises(ValueError, match="key and value"):
         mha(q, k[:2], k[:2, :6])
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+def test_packed_documents_attend_to_themselves_alone(batch_first):
+    torch.manual_seed(0)
+    mha = kattn.MultiheadAttention(16, 2, mechanism="performer", batch_first=batch_first)
+    mha = mha.double().eval()
+    x = torch.randn(30, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    cu = [0, 10, 25, 30]
+    alone = torch.cat([mha(x[a:b], is_causal=True)[0] for a, b in itertools.pairwise(cu)])
+    packed, _ = mha(x, cu_seqlens=torch.tensor(cu), is_causal=True)  # unbatched
+    torch.testing.assert_close(packed, alone, rtol=1e-9, atol=1e-10)
+    batched = x[None] if batch_first else x[:, None]
+    out, _ = mha(batched, cu_seqlens=cu, is_causal=True)
+    torch.testing.assert_close(out.reshape(30, 16), alone, rtol=1e-9, atol=1e-10)
+    memory = torch.randn(12, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    cu_k = [0, 5, 6, 12]
+    cross, _ = mha(x, memory, memory, cu_seqlens=cu, cu_seqlens_k=cu_k)
+    for (a, b), (c, d) in zip(itertools.pairwise(cu), itertools.pairwise(cu_k), strict=True):
+        expected = mha(x[a:b], memory[c:d], memory[c:d])[0]
+        torch.testing.assert_close(cross[a:b], expected, rtol=1e-9, atol=1e-10)
+
+
+def test_packed_documents_refuse_what_cannot_go_with_them():
+    mha = kattn.MultiheadAttention(16, 2, mechanism="softmax", batch_first=True)
+    x = torch.randn(2, 8, 16)
+    with pytest.raises(ValueError, match="a batch of 2"):
+        mha(x, cu_seqlens=[0, 8])
+    with pytest.raises(ValueError, match="key_padding_mask with cu_seqlens"):
+        mha(x[:1], cu_seqlens=[0, 8], key_padding_mask=torch.zeros(1, 8, dtype=torch.bool))
+    with pytest.raises(ValueError, match="cu_seqlens_k needs cu_seqlens"):
+        mha(x[:1], cu_seqlens_k=[0, 8])

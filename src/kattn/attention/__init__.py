@@ -13,7 +13,15 @@ from .softmax import SoftmaxAttention
 from .softmax_rpe import RelativeSoftmaxAttention
 
 #: the modules of shared machinery, which register nothing (every other module must register)
-SUPPORT_MODULES = ("base", "encoded", "feature_attention", "rpe_options", "seeded", "temperature")
+SUPPORT_MODULES = (
+    "base",
+    "encoded",
+    "feature_attention",
+    "packed",
+    "rpe_options",
+    "seeded",
+    "temperature",
+)
 MODULES = import_modules(__name__, __path__)
 
 __all__ = [

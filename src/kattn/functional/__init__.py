@@ -171,6 +171,7 @@ from .synthesizer import (
 )
 from .toeplitz import fft_length, rpe_linear_attention_fft, toeplitz_dense, toeplitz_matmul
 from .toeplitz2d import GridRows, rpe2d_linear_attention_fft, toeplitz2d_dense_log
+from .varlen import check_cu_seqlens, pad_packed, unpad_to_packed
 
 __all__ = [
     "BandedState",
@@ -204,6 +205,7 @@ __all__ = [
     "block_sparse_attention",
     "block_sparse_attention_with_globals",
     "blocked_is_cheaper",
+    "check_cu_seqlens",
     "cluster_centroids",
     "cluster_queries",
     "clustered_attention",
@@ -271,6 +273,7 @@ __all__ = [
     "nystromformer_attention_reference",
     "nystromformer_conv_skip",
     "nystromformer_conv_skip_reference",
+    "pad_packed",
     "random_synthesizer_logits",
     "reformer_attention",
     "reformer_attention_reference",
@@ -315,4 +318,5 @@ __all__ = [
     "toeplitz2d_dense_log",
     "toeplitz_dense",
     "toeplitz_matmul",
+    "unpad_to_packed",
 ]

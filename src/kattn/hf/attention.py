@@ -27,6 +27,7 @@ from ..attention.base import Attention
 from .attach import module_attention
 from .cache import RecurrentLayer
 from .masks import key_padding_mask, local_pattern_covers
+from .packing import packed_documents
 from .rows import check_cross_step, check_last_rows
 
 #: Arguments of transformers' attention functions that change the maths and that kattn
@@ -63,8 +64,13 @@ def attention_forward(
     key, value = _repeat_kv(key, query.shape[1]), _repeat_kv(value, query.shape[1])
     _check_window(kwargs.get("sliding_window"), attention_mask, key.shape[2])
     batch, lq, lk = query.shape[0], query.shape[2], key.shape[2]
-    padding = key_padding_mask(attention_mask, batch=batch, lq=lq, lk=lk, causal=causal)
     layer = _cache_layer(module)
+    documents = packed_documents(attention_mask, kwargs, batch=batch, lq=lq, lk=lk, causal=causal)
+    if documents is not None:  # (a cache that forward made keeps no state of them)
+        if layer is not None:
+            layer.packed = True
+        return _attend_packed(attn, query, key, value, documents, causal), None
+    padding = key_padding_mask(attention_mask, batch=batch, lq=lq, lk=lk, causal=causal)
     if layer is not None and causal:
         out = layer.attend(attn, query, key, value, padding)
     elif causal and lq < lk:
@@ -75,6 +81,17 @@ def attention_forward(
             check_cross_step(attn, getattr(module, "_kattn_decoded", 0) - lq)
         out = attn(query, key, value, causal=causal, key_padding_mask=padding)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _attend_packed(
+    attn: Attention, q: Tensor, k: Tensor, v: Tensor, documents: Tensor, causal: bool
+) -> Tensor:
+    """Attention of the packed documents that ``documents`` (``cu_seqlens`` over the rows
+    laid end to end) delimits; returns ``(B, L, H, Dv)``."""
+    b, h, length = q.shape[:3]
+    q, k, v = (x.transpose(0, 1).reshape(1, h, b * length, x.shape[-1]) for x in (q, k, v))
+    out = attn.forward_packed(q, k, v, documents, causal=causal)  # (1, H, B·L, Dv)
+    return out[0].reshape(h, b, length, -1).permute(1, 2, 0, 3).contiguous()
 
 
 def _cache_layer(module: nn.Module) -> RecurrentLayer | None:

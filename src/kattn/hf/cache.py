@@ -53,6 +53,9 @@ class RecurrentLayer(CacheLayerMixin):
         self.seen = 0
         #: the batch's state, or one state per sequence (a list) once a key was padded.
         self.state: Any = None
+        #: whether a forward over packed documents went through: the state then holds none
+        #: of them, and decoding from it is refused.
+        self.packed = False
 
     # ------------------------------------------------------------- the cache layer of HF
     def lazy_initialization(self, key_states: Tensor, value_states: Tensor) -> None:
@@ -89,6 +92,7 @@ class RecurrentLayer(CacheLayerMixin):
     def reset(self) -> None:
         self.seen = 0
         self.state = None
+        self.packed = False
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove != 0:
@@ -131,6 +135,11 @@ class RecurrentLayer(CacheLayerMixin):
             raise NotImplementedError(
                 f"{type(attn).__name__} has no recurrent form: decode it with a DynamicCache "
                 "(the default of generate), not a RecurrentCache"
+            )
+        if self.packed:
+            raise NotImplementedError(
+                "this cache went through a forward over packed documents, whose state it does "
+                "not keep: decode each document in a row of its own"
             )
         per_sequence = isinstance(self.state, list)
         if not per_sequence and padding is None:

@@ -9,7 +9,8 @@ position) the mask function therefore returns only the padding, as a ``(B, 1, 1,
 "attend" mask (None without padding), so a forward never builds an ``Lq × Lk`` tensor; any
 other pattern (shorter sliding windows or chunks, packed sequences, extra mask functions) is
 materialised as transformers' bool mask and :func:`key_padding_mask` accepts it only where
-it is causal (or full) attention with padded keys, raising otherwise.
+it is causal (or full) attention with padded keys, raising otherwise (packed documents are
+recognised before, by :mod:`kattn.hf.packing`).
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def key_padding_mask(
             f"transformers builds from one, got {type(attention_mask).__name__} of shape "
             f"{tuple(getattr(attention_mask, 'shape', ()))}"
         )
-    keep = _as_keep(attention_mask)[..., -lk:] if attention_mask.shape[-1] >= lk else None
+    keep = as_keep(attention_mask)[..., -lk:] if attention_mask.shape[-1] >= lk else None
     if keep is None or keep.shape[0] not in (1, batch) or keep.shape[2] not in (1, lq):
         raise ValueError(
             f"attention_mask of shape {tuple(attention_mask.shape)} does not fit a batch of "
@@ -146,7 +147,7 @@ def key_padding_mask(
     return None if bool(keys.all()) else ~keys
 
 
-def _as_keep(mask: Tensor) -> Tensor:
+def as_keep(mask: Tensor) -> Tensor:
     """A bool "attend" version of a bool or additive float mask (0 = attend)."""
     if mask.dtype == torch.bool:
         return mask

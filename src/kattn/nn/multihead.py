@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -160,12 +161,20 @@ class MultiheadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         average_attn_weights: bool = True,
         is_causal: bool = False,
+        cu_seqlens: Tensor | Sequence[int] | None = None,
+        cu_seqlens_k: Tensor | Sequence[int] | None = None,
     ) -> tuple[Tensor, None]:
         """Attend like ``torch.nn.MultiheadAttention``; returns ``(output, None)``.
 
         ``key``/``value`` default to ``query``/``key``. ``key_padding_mask`` is ``(B, Lk)``,
         bool (True = padding) or float (0 / −inf). ``attn_mask`` may only be a causal mask (or
         use ``is_causal=True``); other masks raise ``NotImplementedError``.
+
+        Packed sequences: with ``cu_seqlens = [0, L_1, L_1 + L_2, …, T]`` the inputs hold
+        documents laid end to end in one sequence (unbatched, or a batch of one), and each
+        document attends to itself alone (:meth:`kattn.Attention.forward_packed`);
+        ``cu_seqlens_k`` delimits the key documents where they differ from the queries'.
+        ``key_padding_mask`` is then not taken (a document is its own length).
         """
         if need_weights:
             raise NotImplementedError(
@@ -188,12 +197,19 @@ class MultiheadAttention(nn.Module):
         lk = key.shape[0]
         causal = is_causal or _is_causal_mask(attn_mask, lq, lk)
         mask = _as_bool_padding(key_padding_mask)
+        _check_packed(cu_seqlens, cu_seqlens_k, mask, b)
         q, k, v = self._project(query, key, value, self_attention)
         heads = [
             x.reshape(x.shape[0], b, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
             for x in (q, k, v)
         ]
-        out = self.attention(*heads, causal=causal, key_padding_mask=mask)  # (B, H, Lq, Dh)
+        if cu_seqlens is not None:
+            hq, hk, hv = heads
+            out = self.attention.forward_packed(
+                hq, hk, hv, cu_seqlens, cu_seqlens_k=cu_seqlens_k, causal=causal
+            )
+        else:
+            out = self.attention(*heads, causal=causal, key_padding_mask=mask)  # (B, H, Lq, Dh)
         out = self.out_proj(out.permute(2, 0, 1, 3).reshape(lq, b, self.embed_dim))
         if self.batch_first and batched:
             out = out.transpose(0, 1)
@@ -280,6 +296,26 @@ class MultiheadAttention(nn.Module):
             f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, "
             f"mechanism={self.mechanism!r}, batch_first={self.batch_first}"
             + ("" if self.use_out_proj else ", out_proj=False")
+        )
+
+
+def _check_packed(
+    cu_seqlens: object, cu_seqlens_k: object, padding: Tensor | None, batch: int
+) -> None:
+    """``ValueError`` for packed-sequence arguments that cannot go together."""
+    if cu_seqlens is None:
+        if cu_seqlens_k is not None:
+            raise ValueError("cu_seqlens_k needs cu_seqlens (the query documents)")
+        return
+    if padding is not None:
+        raise ValueError(
+            "key_padding_mask with cu_seqlens: packed documents are their own lengths; pass "
+            "one or the other"
+        )
+    if batch != 1:
+        raise ValueError(
+            f"cu_seqlens needs the documents packed into one sequence (unbatched, or a batch "
+            f"of one), got a batch of {batch}"
         )
 
 
