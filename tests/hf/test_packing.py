@@ -49,6 +49,10 @@ def test_flash_attention_document_lengths_are_taken_too() -> None:
         max_length_k=9,
     ).logits  # fmt: skip
     assert_close(packed, _alone(model, ids, lengths), torch.float32)
+    padded = torch.ones(1, 17, dtype=torch.long)
+    padded[0, -2:] = 0
+    with pytest.raises(NotImplementedError, match="does not agree with the packed documents"):
+        model(ids, attention_mask=padded, cu_seq_lens_q=cu, cu_seq_lens_k=cu)
 
 
 def test_a_cache_that_read_packed_documents_refuses_to_decode() -> None:

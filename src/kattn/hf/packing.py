@@ -35,9 +35,11 @@ def packed_documents(
     padding included, is the plain pattern :func:`~kattn.hf.masks.key_padding_mask` takes).
 
     Taken from ``kwargs["cu_seq_lens_q"]`` (a batch of one; ``cu_seq_lens_k`` must be the
-    same) or from a ``(B or 1, 1 or H, L, L)`` mask whose pattern is exactly that of packed
-    documents with no padded key: row ``i`` sees the keys of its document (those ``<= i``
-    where ``causal``). A document starts where a query does not see the key just before it.
+    same, and a mask passed with them must agree: ``NotImplementedError`` otherwise, padding
+    included) or from a ``(B or 1, 1 or H, L, L)`` mask whose pattern is exactly that of
+    packed documents with no padded key: row ``i`` sees the keys of its document (those
+    ``<= i`` where ``causal``). A document starts where a query does not see the key just
+    before it.
     """
     if lq != lk:
         return None
@@ -50,22 +52,43 @@ def packed_documents(
                 "cu_seq_lens_k differs from cu_seq_lens_q in self-attention: kattn takes "
                 "packed documents whose queries and keys are the same tokens"
             )
-        return cu if cu.numel() > 2 else None
+        if cu.numel() <= 2:
+            return None
+        starts = torch.zeros(1, lq, dtype=torch.bool)
+        starts[0, cu[:-1].clamp(max=lq - 1)] = True
+        if attention_mask is not None and not _is_pattern(attention_mask, starts, causal):
+            raise NotImplementedError(
+                "attention_mask does not agree with the packed documents of cu_seq_lens_q "
+                "(padded keys, say): kattn takes packed documents without padding"
+            )
+        return cu
     if not isinstance(attention_mask, Tensor) or attention_mask.dim() != 4:
         return None
     if tuple(attention_mask.shape[-2:]) != (lq, lk) or attention_mask.shape[0] not in (1, batch):
         return None
-    keep = as_keep(attention_mask).expand(batch, -1, -1, -1)
+    keep = as_keep(attention_mask)
     positions = torch.arange(lq, device=keep.device)
     starts = torch.ones(batch, lq, dtype=torch.bool, device=keep.device)
-    starts[:, 1:] = ~keep[:, 0, positions[1:], positions[:-1]]
-    if not bool(starts[:, 1:].any()):
-        return None
-    document = starts.cumsum(dim=1)
-    expected = document[:, :, None] == document[:, None, :]
-    if causal:
-        expected &= torch.ones(lq, lk, dtype=torch.bool, device=keep.device).tril()
-    if not torch.equal(keep, expected[:, None].expand_as(keep)):
+    starts[:, 1:] = ~keep.expand(batch, -1, -1, -1)[:, 0, positions[1:], positions[:-1]]
+    if not bool(starts[:, 1:].any()) or not _is_pattern(keep, starts, causal):
         return None
     first = starts.flatten().nonzero().flatten().cpu()
     return torch.cat([first, torch.tensor([batch * lq])])
+
+
+def _is_pattern(mask: Tensor, starts: Tensor, causal: bool) -> bool:
+    """Whether a 4-D mask of transformers is the pattern of the documents that begin where
+    ``starts (B, L)`` is True (a compact ``(·, ·, 1, L)`` key mask: whether it pads nothing)."""
+    keep = as_keep(mask)
+    if keep.dim() != 4 or keep.shape[-1] != starts.shape[1]:
+        return False
+    if keep.shape[-2] == 1:
+        return bool(keep.all())
+    document = starts.to(keep.device).cumsum(dim=1)
+    expected = document[:, :, None] == document[:, None, :]
+    if causal:
+        expected &= torch.ones_like(expected[0]).tril()
+    try:
+        return torch.equal(*torch.broadcast_tensors(keep, expected[:, None]))
+    except RuntimeError:  # shapes that do not broadcast
+        return False
