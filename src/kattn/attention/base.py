@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -126,32 +126,9 @@ class Attention(nn.Module):
     ) -> Tensor:
         raise NotImplementedError
 
-    def forward_packed(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        cu_seqlens: Tensor | Sequence[int],
-        *,
-        cu_seqlens_k: Tensor | Sequence[int] | None = None,
-        causal: bool = False,
-    ) -> Tensor:
-        """Attend over packed documents: q ``(1, H, T, D)``, k ``(1, H, Tk, D)`` and v
-        ``(1, H, Tk, Dv)`` hold documents laid end to end, delimited by the cumulative lengths
-        ``cu_seqlens = [0, L_1, L_1 + L_2, …, T]`` (``cu_seqlens_k`` for the keys' documents
-        when they differ, as in cross-attention); each document attends to its own keys alone.
-        Returns ``(1, H, T, Dv)``.
-
-        Runs one forward call on the documents as a padded batch ``(N, H, L_max, ·)`` with
-        their ``key_padding_mask``, so it works for every mechanism that takes padding (and for
-        any mechanism when the documents have equal lengths); it costs what that batch costs,
-        ``N · L_max`` positions. In training, every document sees the same random features of
-        that call. Mechanisms whose rows depend on other queries
-        (``capabilities()["rows_depend_on_other_queries"]``) see a document's padded query
-        positions as they see padding in any batch. Empty documents are allowed; ``causal``
-        needs each document's query and key lengths equal.
-        """
-        return packed_forward(self, q, k, v, cu_seqlens, cu_seqlens_k=cu_seqlens_k, causal=causal)
+    #: attend over packed documents (FlashAttention's ``cu_seqlens``): see
+    #: :func:`~kattn.attention.packed.packed_forward`.
+    forward_packed = packed_forward
 
     def reference(
         self,

@@ -28,8 +28,21 @@ def packed_forward(
     cu_seqlens_k: Tensor | Sequence[int] | None = None,
     causal: bool = False,
 ) -> Tensor:
-    """``attn`` over the packed documents of q ``(1, H, T, D)``, k ``(1, H, Tk, D)``, v
-    ``(1, H, Tk, Dv)``; see :meth:`kattn.Attention.forward_packed`."""
+    """Attend over packed documents (the method ``attn.forward_packed``): q ``(1, H, T, D)``,
+    k ``(1, H, Tk, D)`` and v ``(1, H, Tk, Dv)`` hold documents laid end to end, delimited by
+    the cumulative lengths ``cu_seqlens = [0, L_1, L_1 + L_2, …, T]`` (``cu_seqlens_k`` for
+    the keys' documents when they differ, as in cross-attention); each document attends to
+    its own keys alone. Returns ``(1, H, T, Dv)``.
+
+    ``attn`` runs one forward call on the documents as a padded batch ``(N, H, L_max, ·)``
+    with their ``key_padding_mask``, so it works for every mechanism that takes padding (and
+    for any mechanism when the documents have equal lengths); it costs what that batch costs,
+    ``N · L_max`` positions. In training, every document sees the same random features of
+    that call. Mechanisms whose rows depend on other queries
+    (``capabilities()["rows_depend_on_other_queries"]``) see a document's padded query
+    positions as they see padding in any batch. Empty documents are allowed; ``causal``
+    needs each document's query and key lengths equal.
+    """
     for arg, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor) or x.dim() != 4 or x.shape[0] != 1:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
