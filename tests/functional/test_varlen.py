@@ -15,7 +15,7 @@ def _packed(total: int, *, dv: int = 3, seed: int = 0) -> torch.Tensor:
 
 def test_pad_puts_each_document_in_a_row_from_position_zero() -> None:
     x = _packed(12)
-    padded, padding = pad_packed(x, [0, 3, 3, 10, 12])
+    (padded,), padding = pad_packed([0, 3, 3, 10, 12], x)
     assert padded.shape == (4, 2, 7, 3)
     assert padding.tolist() == [
         [False] * 3 + [True] * 4,
@@ -32,7 +32,7 @@ def test_pad_puts_each_document_in_a_row_from_position_zero() -> None:
 
 def test_no_gradient_reaches_a_token_through_a_padded_slot() -> None:
     x = _packed(5).requires_grad_(True)
-    padded, _ = pad_packed(x, torch.tensor([0, 1, 5]))
+    (padded,), _ = pad_packed(torch.tensor([0, 1, 5]), x)
     padded.sum().backward()
     assert torch.equal(x.grad, torch.ones_like(x))  # each token once, from its own slot
 
@@ -54,6 +54,16 @@ def test_bad_cumulative_lengths_are_refused(cu, match) -> None:
         check_cu_seqlens(cu, 4)
 
 
-def test_packed_tensors_must_be_one_row() -> None:
-    with pytest.raises(ValueError, match=r"\(1, H, T, D\)"):
-        pad_packed(torch.zeros(2, 1, 4, 3), [0, 4])
+def test_several_tensors_share_the_rows_and_documents_can_be_chosen() -> None:
+    k, v = _packed(12, dv=4), _packed(12, seed=1)
+    (pk, pv), padding = pad_packed([0, 3, 3, 10, 12], k, v, documents=torch.tensor([3, 0]))
+    assert pk.shape == (2, 2, 3, 4) and pv.shape == (2, 2, 3, 3)  # L_max of the kept ones
+    assert padding.tolist() == [[False, False, True], [False, False, False]]
+    assert torch.equal(pk[0, :, :2], k[0, :, 10:12]) and torch.equal(pv[1], v[0, :, 0:3])
+
+
+def test_packed_tensors_must_be_one_row_of_one_length() -> None:
+    with pytest.raises(ValueError, match=r"\(1, H, T, ·\)"):
+        pad_packed([0, 4], torch.zeros(2, 1, 4, 3))
+    with pytest.raises(ValueError, match="same T"):
+        pad_packed([0, 4], torch.zeros(1, 1, 4, 3), torch.zeros(1, 1, 5, 3))

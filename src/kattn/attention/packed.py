@@ -79,15 +79,12 @@ def packed_forward(
     keyless = ((len_q > 0) & (len_k == 0)).nonzero().flatten().tolist()
     if keyless:
         raise ValueError(f"documents {keyless} have queries but no keys")
-    kept = (len_q > 0).nonzero().flatten().to(q.device)
-    if kept.numel() == 0:  # no query at all
-        return v.new_zeros(1, v.shape[1], 0, v.shape[3])
-    q_rows, query_padding = pad_packed(q, cu_q)
-    k_rows, key_padding = pad_packed(k, cu_k)
-    v_rows, _ = pad_packed(v, cu_k)
     # documents without queries are dropped: an all-padding row would only cost time
-    q_rows, k_rows, v_rows = (x.index_select(0, kept) for x in (q_rows, k_rows, v_rows))
-    query_padding, key_padding = query_padding[kept], key_padding[kept]
+    kept = None if bool((len_q > 0).all()) else (len_q > 0).nonzero().flatten().to(q.device)
+    if kept is not None and kept.numel() == 0:  # no query at all
+        return v.new_zeros(1, v.shape[1], 0, v.shape[3])
+    (q_rows,), query_padding = pad_packed(cu_q, q, documents=kept)
+    (k_rows, v_rows), key_padding = pad_packed(cu_k, k, v, documents=kept)
     mask = key_padding if bool(key_padding.any()) else None
     out = attn(q_rows, k_rows, v_rows, causal=causal, key_padding_mask=mask)
     return unpad_to_packed(out, query_padding)

@@ -5,8 +5,9 @@ kattn mechanism takes.
 
 * :func:`check_cu_seqlens` — validate cumulative lengths against a total ``T``.
 * :func:`pad_packed` — ``(1, H, T, D)`` packed → ``(N, H, L_max, D)`` padded, one document per
-  row, with the ``(N, L_max)`` ``key_padding_mask`` (True marks padding) of that batch. Padded
-  slots hold zeros, so no gradient reaches a real token through them.
+  row (several tensors delimited alike with one gather index), with the ``(N, L_max)``
+  ``key_padding_mask`` (True marks padding) of that batch. Padded slots hold zeros, so no
+  gradient reaches a real token through them.
 * :func:`unpad_to_packed` — the inverse for outputs: ``(N, H, L_max, Dv)`` → ``(1, H, T, Dv)``,
   the padded queries' rows dropped.
 
@@ -57,27 +58,43 @@ def check_cu_seqlens(
     return cu
 
 
-def pad_packed(x: Tensor, cu_seqlens: Tensor | Sequence[int]) -> tuple[Tensor, Tensor]:
-    """Packed ``x (1, H, T, D)`` as a padded batch ``(N, H, L_max, D)``, document ``n`` (tokens
-    ``cu_seqlens[n] … cu_seqlens[n+1] − 1``) in row ``n`` from position 0, and its ``(N, L_max)``
-    bool ``key_padding_mask`` (True marks padding). ``L_max`` is the longest document (at least
-    1); padded slots are zeros."""
-    if x.dim() != 4 or x.shape[0] != 1:
-        raise ValueError(
-            f"packed tensors must be (1, H, T, D), one row of documents, got shape {tuple(x.shape)}"
-        )
-    cu = check_cu_seqlens(cu_seqlens, x.shape[2]).to(x.device)
-    lengths = cu[1:] - cu[:-1]
-    longest = max(int(lengths.max()), 1)
-    positions = torch.arange(longest, device=x.device)
+def pad_packed(
+    cu_seqlens: Tensor | Sequence[int], *tensors: Tensor, documents: Tensor | None = None
+) -> tuple[tuple[Tensor, ...], Tensor]:
+    """Packed ``tensors`` ``(1, H, T, ·)`` (one or more, delimited alike) as padded batches
+    ``(N, H, L_max, ·)``, document ``n`` (tokens ``cu_seqlens[n] … cu_seqlens[n+1] − 1``) in row
+    ``n`` from position 0, and their ``(N, L_max)`` bool ``key_padding_mask`` (True marks
+    padding). ``L_max`` is the longest document (at least 1); padded slots are zeros.
+
+    ``documents``: the indices of the documents to keep (all by default), which then are the
+    rows, in that order. The index of the gather is built once for all the tensors.
+    """
+    if not tensors:
+        raise ValueError("pad_packed needs at least one tensor")
+    total = tensors[0].shape[2] if tensors[0].dim() == 4 else -1
+    for x in tensors:
+        if x.dim() != 4 or x.shape[0] != 1 or x.shape[2] != total:
+            raise ValueError(
+                "packed tensors must be (1, H, T, ·), one row of documents of the same T, got "
+                f"shapes {[tuple(t.shape) for t in tensors]}"
+            )
+    device = tensors[0].device
+    cu = check_cu_seqlens(cu_seqlens, total).to(device)
+    starts, lengths = cu[:-1], cu.diff()
+    if documents is not None:
+        starts, lengths = starts[documents], lengths[documents]
+    longest = max(int(lengths.max()), 1) if lengths.numel() else 1
+    positions = torch.arange(longest, device=device)
     valid = positions[None, :] < lengths[:, None]  # (N, L_max)
-    index = (cu[:-1, None] + positions[None, :]).clamp(max=max(x.shape[2] - 1, 0))
-    if x.shape[2] == 0:
-        padded = x.new_zeros(lengths.numel(), x.shape[1], longest, x.shape[3])
-    else:
-        gathered = x[0][:, index].transpose(0, 1)  # (N, H, L_max, D)
-        padded = torch.where(valid[:, None, :, None], gathered, gathered.new_zeros(()))
-    return padded, ~valid
+    index = (starts[:, None] + positions[None, :]).clamp(max=max(total - 1, 0))
+    padded = []
+    for x in tensors:
+        if total == 0:
+            padded.append(x.new_zeros(lengths.numel(), x.shape[1], longest, x.shape[3]))
+            continue
+        gathered = x[0][:, index].transpose(0, 1)  # (N, H, L_max, ·)
+        padded.append(torch.where(valid[:, None, :, None], gathered, gathered.new_zeros(())))
+    return tuple(padded), ~valid
 
 
 def unpad_to_packed(out: Tensor, key_padding_mask: Tensor) -> Tensor:
